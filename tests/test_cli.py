@@ -1,0 +1,144 @@
+"""The command line end to end: tables, JSON, formats, help, the installed command, start-up imports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from conftest import DEFAULT_CALIBRATION, ROOT, SCRIPT, run_main, run_script
+
+GOLDEN = Path(__file__).parent / "golden"
+
+SCENARIO_KEYS = {
+    "drafter",
+    "pipeline",
+    "block",
+    "budget",
+    "m",
+    "accept",
+    "moe_ms",
+    "attn_base_ms",
+    "spec_ms",
+    "step_ms",
+    "tok_s",
+    "moe_extrapolated",
+    "measured",
+}
+
+
+def test_default_tables_match_the_golden_text(capsys: pytest.CaptureFixture[str]) -> None:
+    """Regenerate after a deliberate change with: python estimate_b300.py > tests/golden/default_table.txt"""
+    run = run_main(capsys, "--calibration", str(DEFAULT_CALIBRATION.relative_to(ROOT)))
+    assert run.code == 0 and run.err == ""
+    assert run.out == (GOLDEN / "default_table.txt").read_text()
+
+
+def test_tables_label_what_was_measured(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys).out
+    assert "Calibration: bandwidth ratio B300 / RTX PRO 6000 Blackwell = 8 / 1.8 TB/s = 4.444x" in out
+    assert "measured: 133 tok/s" in out
+    assert "measured: 303 tok/s at accept 4.4" in out
+    assert "curve(1) = 1.15 ms (inferred)" in out
+    sglang_row = next(line for line in out.splitlines() if line.startswith("SGLang "))
+    assert sglang_row.split()[-1] == "measured"
+
+
+def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--format", "json")
+    assert run.code == 0 and run.err == ""
+    doc = run.json()
+    cal = doc["calibration"]
+    assert {"bandwidth_ratio", "ar_step_ms", "ddtree_step_ms", "attn_base_ms", "spec_ms"} <= cal.keys()
+    assert cal["bandwidth_ratio"] == pytest.approx(8.0 / 1.8, rel=1e-15)
+    assert len(doc["scenarios"]) == 8  # current x 2 pipelines + stronger x 3 accepts x 2 pipelines
+    for s in doc["scenarios"]:
+        assert set(s) == SCENARIO_KEYS
+        assert s["moe_ms"] + s["attn_base_ms"] + s["spec_ms"] == s["step_ms"]
+        assert s["tok_s"] == pytest.approx(1000 * s["accept"] / s["step_ms"], rel=1e-15)
+    measured = [s for s in doc["scenarios"] if s["measured"]]
+    assert [(s["drafter"], s["pipeline"], s["tok_s"]) for s in measured] == [("current", "sglang", pytest.approx(303))]
+    # full precision: not rounded to the tables' two decimals
+    assert cal["ar_step_ms"] == 1000 / 133
+
+
+def test_tablefmt_passes_through(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys, "--tablefmt", "github").out
+    assert "| pipeline      |   accept |" in out
+    assert "|---------------|" in out
+
+
+def test_unknown_tablefmt_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--tablefmt", "nosuch")
+    assert run.code == 2 and run.out == ""
+    assert "--tablefmt: unknown format 'nosuch'" in run.err and "github" in run.err
+
+
+def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--formatt", "json")
+    assert run.code == 2 and run.out == "" and "usage:" in run.err
+
+
+def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--help")
+    assert run.code == 0
+    for option in ("--calibration PATH", "--format", "--tablefmt NAME", "--version"):
+        assert option in run.out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import estimate_b300 as eb
+
+    assert run_main(capsys, "--version").out.strip() == f"estimate_b300 {eb.__version__}"
+
+
+def test_default_calibration_is_found_from_any_directory(tmp_path: Path) -> None:
+    run = run_script("--format", "json", cwd=tmp_path)
+    assert run.code == 0, run.err
+    assert run.json()["calibration_file"] == str(DEFAULT_CALIBRATION)
+
+
+def test_json_run_does_not_import_tabulate() -> None:
+    code = (
+        "import sys, runpy; sys.argv = ['estimate_b300', '--format', 'json'];"
+        f"\ntry: runpy.run_path({str(SCRIPT)!r}, run_name='__main__')"
+        "\nexcept SystemExit: pass"
+        "\nassert 'tabulate' not in sys.modules, 'tabulate imported'"
+        "\nassert 'difflib' not in sys.modules, 'difflib imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_pep723_header_names_tabulate() -> None:
+    """The bare file runs with `uv run` / `pipx run`: its inline metadata must parse and name tabulate."""
+    import re
+    import tomllib
+
+    text = SCRIPT.read_text()
+    block = re.search(r"(?m)^# /// script$\s(?P<content>(^#(| .*)$\s)+)^# ///$", text)
+    assert block is not None
+    content = "".join(line[2:] + "\n" for line in block["content"].splitlines())
+    meta = tomllib.loads(content)
+    assert meta["requires-python"] == ">=3.11"
+    assert any(dep.startswith("tabulate") for dep in meta["dependencies"])
+
+
+def _installed_command() -> str | None:
+    """The console script of a `pip install .` into this interpreter's environment, if there is one."""
+    candidate = Path(sysconfig.get_path("scripts")) / "estimate-b300"
+    return str(candidate) if candidate.exists() else shutil.which("estimate-b300")
+
+
+@pytest.mark.skipif(_installed_command() is None, reason="estimate-b300 is not installed (pip install .)")
+def test_installed_command_runs_from_any_directory(tmp_path: Path) -> None:
+    exe = [_installed_command() or ""]
+    table = run_script(cwd=tmp_path, exe=exe)
+    assert table.code == 0, table.err
+    assert table.out.splitlines()[2:] == (GOLDEN / "default_table.txt").read_text().splitlines()[2:]
+    doc = run_script("--format", "json", cwd=tmp_path, exe=exe).json()
+    assert doc == {**json.loads(run_script("--format", "json").out), "calibration_file": doc["calibration_file"]}

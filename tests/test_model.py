@@ -1,0 +1,214 @@
+"""The model's numbers: the published figures, a hand-worked case, and properties."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import default_doc, default_estimate, find
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import estimate_b300 as eb
+
+# --- The published figures, from the shipped calibration.json ---------------------------
+# Calibration figures were published to 0.01 ms; the "about" scenario figures were rounded
+# to 0.1 ms and 5 tok/s, so they are matched within 1.5%.
+
+CALIBRATION_FIGURES = [
+    ("moe_ddtree", 1.99),
+    ("attn_base_ms", 7.26),
+    ("spec_ms", 5.27),
+    ("ar_step_ms", 7.52),
+    ("ddtree_step_ms", 14.52),
+]
+
+
+@pytest.mark.parametrize(("name", "published_ms"), CALIBRATION_FIGURES)
+def test_published_calibration_figures(name: str, published_ms: float) -> None:
+    dec = default_estimate().decomposition
+    value = getattr(dec, name)
+    value = value.ms if isinstance(value, eb.MoeTime) else value
+    assert value == pytest.approx(published_ms, abs=0.01)
+
+
+def test_overhead_is_about_86_percent_of_the_ddtree_step() -> None:
+    assert default_estimate().decomposition.overhead_share == pytest.approx(0.86, abs=0.005)
+
+
+def test_current_drafter_published() -> None:
+    est = default_estimate()
+    sglang = find(est, "current", "sglang", 4.4)
+    assert sglang.measured
+    assert sglang.tok_s == pytest.approx(303, rel=1e-12)  # the measurement itself
+    native = find(est, "current", "native", 4.4)
+    assert not native.measured
+    assert native.step_ms == pytest.approx(9.51, abs=0.01)
+    assert native.tok_s == pytest.approx(463, abs=0.5)  # published as a whole number
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "step_ms", "tok_s_by_accept"),
+    [
+        ("sglang", 20.9, {12: 570, 14: 670, 16: 765}),
+        ("native", 14.7, {12: 815, 14: 950, 16: 1090}),
+    ],
+)
+def test_stronger_drafter_published(pipeline: str, step_ms: float, tok_s_by_accept: dict[int, float]) -> None:
+    est = default_estimate()
+    for accept, tok_s in tok_s_by_accept.items():
+        row = find(est, "stronger", pipeline, accept)
+        assert row.step_ms == pytest.approx(step_ms, rel=0.015)
+        assert row.tok_s == pytest.approx(tok_s, rel=0.015)
+        assert row.moe_extrapolated  # M = 33 lies beyond the curve's last point, 32
+
+
+# --- A hand-worked case ------------------------------------------------------------------
+
+
+def test_hand_worked_case() -> None:
+    """Round numbers chosen so every figure can be checked in one's head.
+
+    reference 2 TB/s, target 8 TB/s: bandwidth ratio 4.
+    curve: M=1 -> 2 ms, M=5 -> 10 ms (slope 2 ms/token).
+    ar_tok_s = 200: AR step 5 ms; MoE(1) = 2/4 = 0.5 ms; ATTN_BASE = 4.5 ms.
+    DDTree block 4, budget 4 (M=5), accept 3 at 300 tok/s: step 10 ms;
+      MoE(5) = 10/4 = 2.5 ms; SPEC = 10 - 2.5 - 4.5 = 3 ms.
+    native cut 0.5: current native step = 2.5 + 0.5 * (4.5 + 3) = 6.25 ms -> 3000/6.25 = 480 tok/s.
+    stronger: block 8, budget 6 (M=7, extrapolated: curve 14 ms -> MoE 3.5 ms), a=1.2, s=2, accept 5:
+      SGLang step = 3.5 + 1.2*4.5 + 2*3 = 3.5 + 5.4 + 6 = 14.9 ms -> 5000/14.9 = 335.57 tok/s;
+      native step = 3.5 + 0.5*(5.4 + 6) = 9.2 ms -> 5000/9.2 = 543.48 tok/s.
+    """
+    doc = {
+        "schema_version": 1,
+        "hardware": {
+            "reference": {"name": "ref", "mem_bandwidth_tb_s": 2},
+            "target": {"name": "tgt", "mem_bandwidth_tb_s": 8},
+        },
+        "moe_curve": {"tp": 8, "points": [{"m": 5, "ms": 10}, {"m": 1, "ms": 2}]},
+        "anchors": {"ar_tok_s": 200, "ddtree": {"block": 4, "budget": 4, "accept": 3, "tok_s": 300}},
+        "native_engine": {"overhead_cut": 0.5},
+        "stronger_drafter": {"block": 8, "budget": 6, "accept": [5], "attn_base_scale": 1.2, "spec_scale": 2},
+    }
+    est = eb.estimate(eb.parse_calibration(doc))
+    dec = est.decomposition
+    assert dec.bandwidth_ratio == pytest.approx(4)
+    assert dec.moe_ar.ms == pytest.approx(0.5)
+    assert dec.attn_base_ms == pytest.approx(4.5)
+    assert dec.ddtree_step_ms == pytest.approx(10)
+    assert dec.spec_ms == pytest.approx(3)
+    assert find(est, "current", "native", 3).step_ms == pytest.approx(6.25)
+    assert find(est, "current", "native", 3).tok_s == pytest.approx(480)
+    sglang, native = find(est, "stronger", "sglang", 5), find(est, "stronger", "native", 5)
+    assert (sglang.m, sglang.moe_ms, sglang.moe_extrapolated) == (7, pytest.approx(3.5), True)
+    assert (sglang.attn_base_ms, sglang.spec_ms) == (pytest.approx(5.4), pytest.approx(6))
+    assert sglang.step_ms == pytest.approx(14.9)
+    assert sglang.tok_s == pytest.approx(335.5705, rel=1e-6)
+    assert native.step_ms == pytest.approx(9.2)
+    assert native.tok_s == pytest.approx(543.4783, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("m", "expected_ms", "extrapolated"),
+    [
+        (1, 1.15, False),
+        (5, 1.15 + 4 * (8.85 - 1.15) / 8, False),  # inside the first segment
+        (20, 8.85 + 11 * 0.65, False),  # (23.8 - 8.85) / 23 = 0.65 ms per token
+        (33, 24.45, True),  # one token past the end, along the 9-32 segment
+    ],
+)
+def test_curve_is_piecewise_linear(m: int, expected_ms: float, extrapolated: bool) -> None:
+    cal = eb.parse_calibration(default_doc())
+    assert eb.curve_ms(cal.moe_curve.points, m) == (pytest.approx(expected_ms, rel=1e-12), extrapolated)
+
+
+def test_curve_extrapolates_below_the_first_point() -> None:
+    points = (eb.CurvePoint(9, 8.85, "measured"), eb.CurvePoint(32, 23.8, "measured"))
+    assert eb.curve_ms(points, 1) == (pytest.approx(8.85 - 8 * 0.65), True)
+
+
+# --- Properties --------------------------------------------------------------------------
+
+unit = st.floats(0.0, 1.0, exclude_max=True)
+
+
+@st.composite
+def calibrations(draw: st.DrawFn) -> dict[str, object]:
+    """Valid calibrations around the default: every figure perturbed, anchors kept decomposable."""
+    doc = default_doc()
+    doc["hardware"]["target"]["mem_bandwidth_tb_s"] = draw(st.floats(1.0, 20.0))
+    doc["native_engine"]["overhead_cut"] = draw(st.floats(0.0, 0.9))
+    sd = doc["stronger_drafter"]
+    sd["attn_base_scale"] = draw(st.floats(0.5, 2.0))
+    sd["spec_scale"] = draw(st.floats(0.5, 3.0))
+    sd["budget"] = draw(st.integers(1, 128))
+    sd["block"] = draw(st.integers(1, 64))
+    top = min(sd["budget"], sd["block"]) + 1
+    sd["accept"] = draw(st.lists(st.floats(1.0, float(top)), min_size=1, max_size=4, unique=True))
+    dd = doc["anchors"]["ddtree"]
+    dd["accept"] = draw(st.floats(1.0, 9.0))
+    cal = eb.parse_calibration(doc)
+    moe_9 = eb.moe_time(cal, 9).ms
+    attn_base = 1000 / doc["anchors"]["ar_tok_s"] - eb.moe_time(cal, 1).ms
+    # SPEC >= 0 needs 1000 * accept / tok_s >= MoE(9) + ATTN_BASE
+    dd["tok_s"] = 1000 * dd["accept"] / ((moe_9 + attn_base) * (1 + draw(st.floats(0.0, 2.0))))
+    return doc
+
+
+@settings(max_examples=200, deadline=None)
+@given(calibrations())
+def test_components_sum_to_the_step_and_the_anchor_is_reproduced(doc: dict[str, object]) -> None:
+    est = eb.estimate(eb.parse_calibration(doc))
+    for row in est.scenarios:
+        assert sum((row.moe_ms, row.attn_base_ms, row.spec_ms)) == row.step_ms
+        assert row.tok_s == pytest.approx(1000 * row.accept / row.step_ms, rel=1e-12)
+    anchor = doc["anchors"]["ddtree"]  # type: ignore[index]
+    measured = find(est, "current", "sglang", anchor["accept"])
+    assert measured.measured
+    assert measured.step_ms == pytest.approx(est.decomposition.ddtree_step_ms, rel=1e-12, abs=1e-12)
+    assert measured.tok_s == pytest.approx(anchor["tok_s"], rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(calibrations(), st.floats(1.0, 5.0), st.floats(1.0, 5.0))
+def test_tok_s_rises_with_accept(doc: dict[str, object], a1: float, a2: float) -> None:
+    lo, hi = sorted((a1, a2))
+    assume(lo != hi)
+    sd = doc["stronger_drafter"]  # type: ignore[index]
+    sd.update(block=8, budget=8, accept=[lo, hi])
+    est = eb.estimate(eb.parse_calibration(doc))
+    for pipeline in eb.PIPELINES:
+        assert find(est, "stronger", pipeline, lo).tok_s <= find(est, "stronger", pipeline, hi).tok_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(calibrations(), unit, unit)
+def test_native_tok_s_rises_with_overhead_cut(doc: dict[str, object], c1: float, c2: float) -> None:
+    lo, hi = sorted((c1, c2))
+    results = []
+    for cut in (lo, hi):
+        doc["native_engine"]["overhead_cut"] = cut  # type: ignore[index]
+        results.append(eb.estimate(eb.parse_calibration(doc)))
+    for before, after in zip(*(r.scenarios for r in results), strict=True):
+        if before.pipeline == "native":
+            assert before.tok_s <= after.tok_s
+        else:
+            assert before == after  # SGLang rows do not depend on the native cut
+
+
+def test_tok_s_need_not_rise_with_target_bandwidth() -> None:
+    """A faster target shrinks MoE, but ATTN_BASE and SPEC are anchored on the target by
+    subtraction: the time moves into them, and the stronger drafter scales SPEC by 1.5.
+    With spec_scale 4, SGLang stronger@14: going from 8 to 16 TB/s saves curve(33)/8.889 in MoE
+    but moves (1.03 * 1.15 + 4 * (8.85 - 1.15)) / 8.889 into the scaled overhead, a net loss."""
+    doc = default_doc()
+    doc["stronger_drafter"]["spec_scale"] = 4.0
+    at_8 = find(eb.estimate(eb.parse_calibration(doc)), "stronger", "sglang", 14).tok_s
+    doc["hardware"]["target"]["mem_bandwidth_tb_s"] = 16.0
+    at_16 = find(eb.estimate(eb.parse_calibration(doc)), "stronger", "sglang", 14).tok_s
+    assert at_16 < at_8
+
+
+def test_every_figure_is_finite() -> None:
+    for row in default_estimate().scenarios:
+        assert all(math.isfinite(v) for v in (row.moe_ms, row.attn_base_ms, row.spec_ms, row.step_ms, row.tok_s))
