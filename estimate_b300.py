@@ -48,13 +48,13 @@ Bad input exits with status 2 and one message on stderr naming the file and
 the key path; nothing is printed on stdout and no file is ever written.
 """
 
-from __future__ import annotations
-
 import argparse
+import itertools
 import json
 import math
 import os
 import sys
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 __version__ = "1.0.0"
@@ -141,12 +141,44 @@ class StrongerDrafter(NamedTuple):
     spec_scale: float
 
 
+class Domain(NamedTuple):
+    """The values a number in the calibration may take: what --solve searches and ranges must respect."""
+
+    low: float
+    high: float
+    low_open: bool
+    high_open: bool
+    integer: bool = False
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, (int, float)):
+            return False
+        above = value > self.low or (not self.low_open and value == self.low)
+        below = value < self.high or (not self.high_open and value == self.high)
+        return above and below
+
+    def describe(self) -> str:
+        return _COUNT_EXPECTED if self.integer else _number_expected(*self[:4])
+
+
+class Range(NamedTuple):
+    """One assumption's what-if range, for --sensitivity."""
+
+    path: str
+    low: float
+    high: float
+    relative: float | None  # set when the range was given as value x (1 -/+ relative)
+    source: str
+
+
 class Calibration(NamedTuple):
     hardware: Hardware
     moe_curve: MoeCurve
     anchors: Anchors
     native_engine: NativeEngine
     stronger_drafter: StrongerDrafter
+    ranges: tuple[Range, ...]
+    domains: dict[str, Domain]  # every number read, by key path: what --solve and ranges may vary
 
 
 _REQUIRED = object()
@@ -156,6 +188,8 @@ def _show(value: object) -> str:
     """A short rendering of a JSON value for an error message: 40 -> '40'."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
         return f"an integer of {len(str(abs(value)))} digits"
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.15g}"  # 40.0 -> '40', 0.1 -> '0.1'
     text = json.dumps(value, allow_nan=True)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -180,12 +214,12 @@ def _kind(value: object) -> str:
     return "a list" if isinstance(value, list) else "an object"
 
 
-def _closest(word: str, candidates: list[str]) -> str:
-    """' (did you mean X?)' for the nearest candidate, or '' when none is near."""
+def _closest(word: str, candidates: list[str]) -> str | None:
+    """The candidate nearest to a mistyped word, or None when none is near."""
     import difflib  # only on the error path: it costs start-up time
 
     near = difflib.get_close_matches(word, candidates, n=1, cutoff=0.5)
-    return f" (did you mean {near[0]!r}?)" if near else ""
+    return near[0] if near else None
 
 
 class _Reader:
@@ -197,12 +231,13 @@ class _Reader:
     known key.
     """
 
-    def __init__(self, data: object, path: str) -> None:
+    def __init__(self, data: object, path: str, domains: dict[str, Domain]) -> None:
         if not isinstance(data, dict):
             raise CalibrationError(path or "(top level)", f"got {_kind(data)}; expected an object")
         self.data: dict[str, object] = data
         self.path = path
         self.known: list[str] = []
+        self.domains = domains  # shared by every reader of one document
 
     def at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
@@ -210,25 +245,36 @@ class _Reader:
     def error(self, key: str, message: str) -> CalibrationError:
         return CalibrationError(self.at(key), message)
 
-    def raw(self, key: str, expected: str, default: object = _REQUIRED) -> object:
+    def raw(self, key: str, expected: str | Domain, default: object = _REQUIRED) -> object:
         self.known.append(key)
         if key in self.data:
             return self.data[key]
         if default is _REQUIRED:
-            raise self.error(key, f"missing; expected {expected}")
+            what = expected if isinstance(expected, str) else expected.describe()
+            typo = _closest(key, [k for k in self.data if k not in self.known])
+            hint = f" (is {self.at(typo)} a misspelling of it?)" if typo else ""
+            raise self.error(key, f"missing; expected {what}{hint}")
         return default
 
-    def child(self, key: str) -> _Reader:
-        return _Reader(self.raw(key, "an object"), self.at(key))
+    def child(self, key: str, default: object = _REQUIRED) -> "_Reader":
+        return _Reader(self.raw(key, "an object", default), self.at(key), self.domains)
+
+    def element(self, path: str, item: object) -> "_Reader":
+        return _Reader(item, path, self.domains)
 
     def number(
         self, key: str, low: float = 0.0, high: float = math.inf, low_open: bool = True, high_open: bool = True
     ) -> float:
-        expected = _number_expected(low, high, low_open, high_open)
-        return _number(self.raw(key, expected), self.at(key), low, high, low_open, high_open)
+        self.domains[self.at(key)] = domain = Domain(low, high, low_open, high_open)
+        return _number(self.raw(key, domain), self.at(key), *domain[:4])
 
     def count(self, key: str) -> int:
+        self.domains[self.at(key)] = _COUNT_DOMAIN
         return _count(self.raw(key, _COUNT_EXPECTED), self.at(key))
+
+    def accept(self, path: str, value: object, block: int, budget: int) -> float:
+        self.domains[path] = Domain(1.0, min(block, budget) + 1.0, False, False)
+        return _accept(value, path, block, budget)
 
     def string(self, key: str, choices: tuple[str, ...] = (), default: object = _REQUIRED) -> str:
         expected = f"one of {', '.join(choices)}" if choices else "a string"
@@ -246,16 +292,18 @@ class _Reader:
         return value
 
     def finish(self) -> None:
-        docs = {"source", "note"} | {f"{k}_{d}" for k in self.known for d in ("source", "note")}
         for key, value in self.data.items():
             if key in self.known:
                 continue
-            if key in docs:
+            if key in ("source", "note") or (
+                key.endswith(("_source", "_note")) and key.rpartition("_")[0] in self.known
+            ):
                 if not isinstance(value, str):
                     raise self.error(key, f"got {_kind(value)}; expected a string (documentation)")
                 continue
-            hint = _closest(key, self.known) or f" (known keys: {', '.join(self.known)})"
-            raise self.error(key, f"unknown key{hint}")
+            near = _closest(key, self.known)
+            hint = f"did you mean {self.at(near)}?" if near else f"known keys: {', '.join(self.known)}"
+            raise self.error(key, f"unknown key ({hint})")
 
 
 def _number_expected(low: float = 0.0, high: float = math.inf, low_open: bool = True, high_open: bool = True) -> str:
@@ -277,23 +325,25 @@ def _number(
     high_open: bool = True,
 ) -> float:
     """A finite JSON number inside the given bounds (default: positive), as a float."""
-    expected = _number_expected(low, high, low_open, high_open)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
+        expected = _number_expected(low, high, low_open, high_open)
         raise CalibrationError(path, f"got {_describe(value)}; expected {expected}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
     if not math.isfinite(number):
-        raise CalibrationError(path, f"got {_show(value)}; expected a finite {expected.removeprefix('a ')}")
+        expected = _number_expected(low, high, low_open, high_open).removeprefix("a ")
+        raise CalibrationError(path, f"got {_show(value)}; expected a finite {expected}")
     too_low = number < low or (low_open and number == low)
     too_high = number > high or (high_open and number == high)
     if too_low or too_high:
-        raise CalibrationError(path, f"got {_show(value)}; expected {expected}")
+        raise CalibrationError(path, f"got {_show(value)}; expected {_number_expected(low, high, low_open, high_open)}")
     return number
 
 
 _COUNT_EXPECTED = f"a whole number from 1 to {MAX_COUNT:,}"
+_COUNT_DOMAIN = Domain(1, MAX_COUNT, False, False, integer=True)
 
 
 def _count(value: object, path: str) -> int:
@@ -323,13 +373,16 @@ def _accept(value: object, path: str, block: int, budget: int) -> float:
     return accept
 
 
-def parse_calibration(data: object) -> Calibration:
+def parse_calibration(data: object, with_ranges: bool = True) -> Calibration:
     """Validate a decoded calibration document and build the typed calibration.
 
     Every key is checked; the first problem raises CalibrationError naming
-    the key path.
+    the key path. The analyses that re-estimate a calibration thousands of
+    times (sweeps, sensitivity, solving) have validated its ranges once
+    already and skip them (with_ranges=False).
     """
-    top = _Reader(data, "")
+    domains: dict[str, Domain] = {}
+    top = _Reader(data, "", domains)
     version = top.raw("schema_version", f"the number {SCHEMA_VERSION}")
     if isinstance(version, bool) or version != SCHEMA_VERSION:
         raise top.error("schema_version", f"got {_show(version)}; this tool reads schema {SCHEMA_VERSION}")
@@ -346,7 +399,7 @@ def parse_calibration(data: object) -> Calibration:
     tp = curve.count("tp")
     points: list[CurvePoint] = []
     for i, item in enumerate(curve.items("points", min_items=2)):
-        point = _Reader(item, f"{curve.at('points')}[{i}]")
+        point = curve.element(f"{curve.at('points')}[{i}]", item)
         m = point.count("m")
         if any(p.m == m for p in points):
             raise point.error("m", f"M = {m} appears twice; expected each M once")
@@ -359,7 +412,7 @@ def parse_calibration(data: object) -> Calibration:
     dd = anchors.child("ddtree")
     block, budget = dd.count("block"), dd.count("budget")
     ddtree = DdtreeAnchor(
-        block, budget, _accept(dd.raw("accept", "a number >= 1"), dd.at("accept"), block, budget), dd.number("tok_s")
+        block, budget, dd.accept(dd.at("accept"), dd.raw("accept", "a number >= 1"), block, budget), dd.number("tok_s")
     )
     dd.finish()
     anchors.finish()
@@ -372,11 +425,13 @@ def parse_calibration(data: object) -> Calibration:
     block, budget = sd.count("block"), sd.count("budget")
     accepts: list[float] = []
     for i, value in enumerate(sd.items("accept")):
-        accepts.append(_accept(value, f"{sd.at('accept')}[{i}]", block, budget))
+        accepts.append(sd.accept(f"{sd.at('accept')}[{i}]", value, block, budget))
         if accepts[-1] in accepts[:-1]:
             raise sd.error(f"accept[{i}]", f"{_show(value)} appears twice; expected each accept length once")
     stronger = StrongerDrafter(block, budget, tuple(accepts), sd.number("attn_base_scale"), sd.number("spec_scale"))
     sd.finish()
+    section = top.child("ranges", DEFAULT_RANGES)
+    ranges = _parse_ranges(section, data, domains) if with_ranges else ()
     top.finish()
 
     return Calibration(
@@ -385,11 +440,86 @@ def parse_calibration(data: object) -> Calibration:
         anchors=Anchors(ar_tok_s, ddtree),
         native_engine=NativeEngine(overhead_cut),
         stronger_drafter=stronger,
+        ranges=ranges,
+        domains=domains,
     )
 
 
-def read_document(path: str) -> object:
-    """Read and decode a calibration file; every failure is a CalibrationError."""
+# Used when a calibration has no `ranges` section. The shipped calibration.json spells out the same.
+DEFAULT_RANGES: dict[str, object] = {
+    "native_engine.overhead_cut": {
+        "low": 0.2,
+        "high": 0.6,
+        "source": "built-in default: the native engine's cut is a design target, not a measurement",
+    },
+    "stronger_drafter.spec_scale": {
+        "low": 1.5,
+        "high": 2.0,
+        "source": "built-in default: block 16 costs the drafter and tree build 1.5-2x block 8",
+    },
+    "stronger_drafter.attn_base_scale": {
+        "low": 1.0,
+        "high": 1.2,
+        "source": "built-in default: a larger verify batch grows ATTN_BASE slightly",
+    },
+    "hardware.target.mem_bandwidth_tb_s": {
+        "low": 7.7,
+        "high": 8.0,
+        "source": "built-in default: the bandwidth B300 delivers may fall a little short of its rating",
+    },
+    "anchors.ar_tok_s": {"relative": 0.03, "source": "built-in default: run-to-run noise of a throughput measurement"},
+    "anchors.ddtree.tok_s": {
+        "relative": 0.03,
+        "source": "built-in default: run-to-run noise of a throughput measurement",
+    },
+}
+
+
+def _parse_ranges(section: _Reader, data: object, domains: dict[str, Domain]) -> tuple[Range, ...]:
+    """The `ranges` section: {path: {low, high} or {relative}, each with a source}.
+
+    A relative range is taken around the value in force (after --set): 0.03
+    around ar_tok_s = 133 gives 129.01 to 136.99.
+    """
+    numbers = [path for path, domain in domains.items() if not domain.integer]
+    ranges = []
+    for key in section.data:
+        if key in ("source", "note"):
+            continue
+        if key not in numbers:
+            near = _closest(key, numbers)
+            hint = (
+                f"did you mean {near}?"
+                if near
+                else "expected the key path of a number, e.g. native_engine.overhead_cut"
+            )
+            raise section.error(key, f"not a number of the calibration ({hint})")
+        entry, domain = section.child(key), domains[key]
+        if "relative" in entry.data:
+            relative: float | None = (r := entry.number("relative", high=1.0))
+            value = float(get_path(data, parse_path(key)))  # type: ignore[arg-type]
+            low, high = sorted((value * (1 - r), value * (1 + r)))
+        else:
+            relative = None
+            low, high = entry.number("low", low=-math.inf), entry.number("high", low=-math.inf)
+            if low > high:
+                raise entry.error("high", f"got {high:g}, below low = {low:g}; expected low <= high")
+        for end, given_as in ((low, "low"), (high, "high")):
+            if end not in domain:
+                raise entry.error(
+                    "relative" if relative else given_as,
+                    f"the range reaches {end:g}; expected {domain.describe()}, as for {key} itself",
+                )
+        ranges.append(Range(key, low, high, relative, entry.string("source")))
+        entry.finish()
+    return tuple(ranges)
+
+
+def read_document(path: str) -> tuple[object, str]:
+    """Read and decode a calibration file: (document, first 12 hex digits of its SHA-256).
+
+    Every failure is a CalibrationError.
+    """
     try:
         with open(path, "rb") as stream:
             raw = stream.read()
@@ -406,13 +536,100 @@ def read_document(path: str) -> object:
     if not text.strip():
         raise CalibrationError("", "is empty; expected a JSON object")
     try:
-        return json.loads(text)
+        return json.loads(text), _sha256_hex(raw)[:12]
     except json.JSONDecodeError as exc:
         raise CalibrationError(
             "", f"line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); expected a JSON object"
         ) from None
     except (ValueError, RecursionError) as exc:  # e.g. an integer past Python's digit limit
         raise CalibrationError("", f"cannot be decoded ({exc}); expected a JSON object") from None
+
+
+# --- Key paths: how --set, --sweep, --solve and `ranges` name a value ---
+
+PathSegments = tuple[str | int, ...]
+
+
+def parse_path(text: str) -> PathSegments:
+    """Split a key path: 'moe_curve.points[1].ms' -> ('moe_curve', 'points', 1, 'ms')."""
+    segments: list[str | int] = []
+    for part in text.split("."):
+        name, *indices = part.split("[")
+        if name:
+            segments.append(name)
+        elif not indices or not segments:
+            raise CalibrationError(text, "expected a key path such as native_engine.overhead_cut")
+        for index in indices:
+            if not index.endswith("]") or not index[:-1].isdigit():
+                raise CalibrationError(text, f"bad index [{index}; expected [N] with a whole number N")
+            segments.append(int(index[:-1]))
+    return tuple(segments)
+
+
+def format_path(segments: PathSegments) -> str:
+    """The inverse of parse_path: ('a', 'b', 0) -> 'a.b[0]'."""
+    text = ""
+    for segment in segments:
+        text += f"[{segment}]" if isinstance(segment, int) else (f".{segment}" if text else segment)
+    return text
+
+
+def _descend(node: object, segments: PathSegments, i: int) -> tuple[str | int, int]:
+    """The key at segments[i] within node, and the index after it.
+
+    A key of an object may itself hold dots (the keys of `ranges` are key
+    paths), so the longest run of segments that names an existing key wins.
+    """
+    if isinstance(node, dict):
+        for j in range(len(segments), i + 1, -1):
+            run = segments[i:j]
+            if all(isinstance(s, str) for s in run) and (joined := ".".join(map(str, run))) in node:
+                return joined, j
+    return segments[i], i + 1
+
+
+def get_path(doc: object, segments: PathSegments) -> object:
+    """The value at a key path; CalibrationError when there is none."""
+    node, i = doc, 0
+    while i < len(segments):
+        key, i = _descend(node, segments, i)
+        if isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+            continue
+        if not (isinstance(node, dict) and key in node):
+            raise CalibrationError(format_path(segments), "no such key in the calibration")
+        node = node[key]
+    return node
+
+
+def set_path(doc: object, segments: PathSegments, value: object) -> object:
+    """A copy of doc with the value at a key path replaced; doc itself is not changed.
+
+    Only the objects along the path are copied, so a sweep of 10,000 points
+    costs 10,000 small copies, not 10,000 deep ones. Missing object keys are
+    created (validation then names any that are unknown); list indices must exist.
+    """
+
+    def replace(node: object, i: int) -> object:
+        if i == len(segments):
+            return value
+        key, after = _descend(node, segments, i)
+        where = format_path(segments[:after])
+        if isinstance(key, int):
+            if not isinstance(node, list):
+                raise CalibrationError(where, f"the value there is {_kind(node)}, not a list")
+            if key >= len(node):
+                raise CalibrationError(where, f"the list has {len(node)} entries; expected an index below {len(node)}")
+            copy = list(node)
+            copy[key] = replace(node[key], after)
+            return copy
+        if node is None:
+            node = {}
+        if not isinstance(node, dict):
+            raise CalibrationError(format_path(segments[:i]), f"is {_kind(node)}, not an object with key {key!r}")
+        return {**node, key: replace(node.get(key), after)}
+
+    return replace(doc, 0)
 
 
 def default_calibration_path() -> str:
@@ -582,15 +799,17 @@ class Scenario(NamedTuple):
         return f"{self.drafter}/{self.pipeline}@{self.accept:g}"
 
 
-def scenario(cal: Calibration, dec: Decomposition, drafter: Drafter, pipeline: str, accept: float) -> Scenario:
+def scenario(
+    cal: Calibration, dec: Decomposition, drafter: Drafter, pipeline: str, accept: float, moe: MoeTime | None = None
+) -> Scenario:
     """Step time and throughput of one drafter, pipeline and accept length.
 
     Default stronger drafter on the native engine at accept 14: MoE(33) =
     24.45 / 4.444 = 5.501 ms, kept overhead = 0.6 * (1.03 * 7.260 + 1.5 *
     5.270) = 9.230 ms, step = 14.731 ms, 1000 * 14 / 14.731 = 950.4 tok/s.
     """
-    moe = moe_time(cal, drafter.budget + 1)
-    kept = 1.0 - (cal.native_engine.overhead_cut if pipeline == "native" else 0.0)
+    moe = moe or moe_time(cal, drafter.budget + 1)  # the caller may pass MoE(budget + 1), computed once
+    kept = _kept(cal, pipeline)
     attn_base_ms = kept * drafter.attn_base_scale * dec.attn_base_ms
     spec_ms = kept * drafter.spec_scale * dec.spec_ms
     step_ms = moe.ms + attn_base_ms + spec_ms
@@ -611,29 +830,456 @@ def scenario(cal: Calibration, dec: Decomposition, drafter: Drafter, pipeline: s
     )
 
 
+class BreakEven(NamedTuple):
+    """The accept length at which the stronger drafter matches another way of decoding."""
+
+    pipeline: str
+    versus: str  # "current" or "autoregressive"
+    accept: float | None  # None: it cannot break even inside the tree
+    tok_s_to_match: float
+    reason: str | None
+
+
 class Estimate(NamedTuple):
     calibration: Calibration
     decomposition: Decomposition
     scenarios: tuple[Scenario, ...]
+    break_even: tuple[BreakEven, ...]
+
+
+def ar_step_ms(cal: Calibration, dec: Decomposition, pipeline: str) -> float:
+    """Autoregressive step on a pipeline: MoE(1) + (1 - cut) * ATTN_BASE; on SGLang the measured AR step."""
+    return dec.moe_ar.ms + _kept(cal, pipeline) * dec.attn_base_ms
+
+
+def _kept(cal: Calibration, pipeline: str) -> float:
+    """The share of the non-MoE time a pipeline keeps: 1 on SGLang, 1 - overhead_cut natively."""
+    return 1.0 - (cal.native_engine.overhead_cut if pipeline == "native" else 0.0)
+
+
+def break_even(cal: Calibration, dec: Decomposition) -> tuple[BreakEven, ...]:
+    """Accept lengths at which the stronger drafter's tok/s equals the alternative's.
+
+    The stronger step does not depend on accept, so accept = tok_s * step / 1000.
+    Default, SGLang vs the current drafter: 303 * 20.884 / 1000 = 6.33.
+    """
+    current, stronger = drafters(cal)
+    limit = min(stronger.budget, stronger.block) + 1
+    bound = f"budget+1 = {stronger.budget + 1}" if stronger.budget <= stronger.block else f"block+1 = {limit}"
+    rows = []
+    for pipeline in PIPELINES:
+        step = scenario(cal, dec, stronger, pipeline, 1.0).step_ms
+        rivals = {
+            "current": scenario(cal, dec, current, pipeline, current.accepts[0]).tok_s,
+            "autoregressive": 1000.0 / ar_step_ms(cal, dec, pipeline),
+        }
+        for versus, tok_s in rivals.items():
+            accept = tok_s * step / 1000.0
+            if accept > limit:
+                reason = f"it would need accept {accept:.3g}, above the tree's limit {bound}"
+                rows.append(BreakEven(pipeline, versus, None, tok_s, reason))
+            else:
+                rows.append(BreakEven(pipeline, versus, accept, tok_s, None))
+    return tuple(rows)
+
+
+def scenarios(cal: Calibration, dec: Decomposition) -> tuple[Scenario, ...]:
+    """Every scenario: each drafter, each accept length, each pipeline."""
+    rows = []
+    for drafter in drafters(cal):
+        moe = moe_time(cal, drafter.budget + 1)
+        rows += [scenario(cal, dec, drafter, pipeline, a, moe) for a in drafter.accepts for pipeline in PIPELINES]
+    for row in rows:
+        if not (math.isfinite(row.step_ms) and math.isfinite(row.tok_s)):
+            raise CalibrationError(row.label, "the step time is not finite; expected inputs of sensible size")
+    return tuple(rows)
 
 
 def estimate(cal: Calibration) -> Estimate:
-    """Every scenario: each drafter, each accept length, each pipeline."""
+    """The decomposition, every scenario, and the stronger drafter's break-even accept lengths."""
     dec = decompose(cal)
-    rows = tuple(
-        scenario(cal, dec, drafter, pipeline, accept)
-        for drafter in drafters(cal)
-        for accept in drafter.accepts
-        for pipeline in PIPELINES
+    return Estimate(cal, dec, scenarios(cal, dec), break_even(cal, dec))
+
+
+# === The analyses: overrides, sweeps, sensitivity, solving ===
+
+
+class Override(NamedTuple):
+    text: str  # as given: "native_engine.overhead_cut=0.3"
+    path: PathSegments
+    value: object
+
+
+def parse_assignment(option: str, text: str) -> tuple[PathSegments, str]:
+    """'KEY.PATH=VALUE' -> (segments, 'VALUE'); errors name the option."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise CalibrationError(
+            "", "expected KEY.PATH=VALUE, e.g. native_engine.overhead_cut=0.3", file=f"{option} {text}"
+        )
+    try:
+        return parse_path(key), value
+    except CalibrationError as exc:
+        exc.file = f"{option} {text}"
+        raise
+
+
+def parse_value(text: str) -> object:
+    """A --set value: JSON when it parses ('0.3', '[10,12]', 'true'), else the plain string ('B200')."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_override(text: str) -> Override:
+    path, value = parse_assignment("--set", text)
+    return Override(text, path, parse_value(value))
+
+
+def apply(doc: object, changes: Sequence[tuple[PathSegments, object]]) -> object:
+    for path, value in changes:
+        doc = set_path(doc, path, value)
+    return doc
+
+
+class ScenarioSpec(NamedTuple):
+    """A scenario named on the command line: 'stronger/native@14'; accept None means the default."""
+
+    drafter: str
+    pipeline: str
+    accept: float | None
+
+    @staticmethod
+    def parse(option: str, text: str) -> "ScenarioSpec":
+        """'current/native' or 'stronger/sglang@14'."""
+        head, _, accept_text = text.partition("@")
+        drafter, _, pipeline = head.partition("/")
+        if drafter not in DRAFTERS or pipeline not in PIPELINES:
+            raise CalibrationError(
+                "",
+                f"expected DRAFTER/PIPELINE[@ACCEPT] with DRAFTER in {', '.join(DRAFTERS)} and PIPELINE in "
+                f"{', '.join(PIPELINES)}, e.g. stronger/native@14",
+                file=f"{option} {text}",
+            )
+        if not accept_text:
+            return ScenarioSpec(drafter, pipeline, None)
+        try:
+            accept = float(accept_text)
+        except ValueError:
+            accept = math.nan
+        if not math.isfinite(accept):
+            raise CalibrationError("", f"@{accept_text}: expected an accept length, e.g. @14", file=f"{option} {text}")
+        return ScenarioSpec(drafter, pipeline, accept)
+
+    def resolve(self, cal: Calibration, option: str) -> tuple[Drafter, float]:
+        """The drafter and accept length; by default the median of its accept list (the lower middle one)."""
+        drafter = drafters(cal)[DRAFTERS.index(self.drafter)]
+        if self.accept is None:
+            return drafter, sorted(drafter.accepts)[(len(drafter.accepts) - 1) // 2]
+        try:
+            return drafter, _accept(self.accept, f"@{self.accept:g}", drafter.block, drafter.budget)
+        except CalibrationError as exc:
+            exc.file = f"{option} {self.drafter}/{self.pipeline}@{self.accept:g}"
+            raise
+
+
+def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str) -> Scenario:
+    drafter, accept = spec.resolve(cal, option)
+    return scenario(cal, decompose(cal), drafter, spec.pipeline, accept)
+
+
+# --- Sweeps ---
+
+MAX_SWEEP_POINTS = 1_000_000
+
+
+class Sweep(NamedTuple):
+    text: str
+    path: PathSegments
+    values: tuple[object, ...]
+
+
+class SweepPoint(NamedTuple):
+    values: tuple[tuple[str, object], ...]  # (key path, value) for each --sweep
+    scenarios: tuple[Scenario, ...]
+
+
+def parse_sweep(text: str) -> Sweep:
+    """'PATH=V1,V2,...' (each value JSON, else a string) or 'PATH=START:STOP:STEP'.
+
+    A range gives START + i * STEP (computed, not accumulated) up to STOP,
+    which is included when a step lands on it within rounding:
+    0.2:0.6:0.1 -> 0.2, 0.3, 0.4, 0.5, 0.6 (five values).
+    """
+    path, spec = parse_assignment("--sweep", text)
+    parts = spec.split(":")
+    if len(parts) == 3 and "," not in spec:
+        numbers = [parse_value(part) for part in parts]
+        if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
+            raise CalibrationError("", "expected START:STOP:STEP with three finite numbers", file=f"--sweep {text}")
+        start, stop, step = (float(n) for n in numbers)  # type: ignore[arg-type]
+        if step == 0 or (stop - start) / step < 0:
+            raise CalibrationError(
+                "", f"a step of {step:g} never goes from {start:g} to {stop:g}", file=f"--sweep {text}"
+            )
+        count = math.floor((stop - start) / step + 1e-9) + 1
+        if count > MAX_SWEEP_POINTS:
+            raise CalibrationError(
+                "", f"{count:,} values; expected at most {MAX_SWEEP_POINTS:,}", file=f"--sweep {text}"
+            )
+        return Sweep(text, path, tuple(start + i * step for i in range(count)))
+    try:
+        values = json.loads(f"[{spec}]")
+    except ValueError:
+        values = spec.split(",")
+    if not spec or not values:
+        raise CalibrationError("", "expected V1,V2,... or START:STOP:STEP", file=f"--sweep {text}")
+    return Sweep(text, path, tuple(values))
+
+
+def run_sweep(doc: object, sweeps: list[Sweep], file: str) -> tuple[SweepPoint, ...]:
+    """Every combination of the sweeps' values (the first sweep outermost), each estimated afresh."""
+    total = math.prod(len(s.values) for s in sweeps)
+    if total > MAX_SWEEP_POINTS:
+        raise CalibrationError(
+            "", f"the grid has {total:,} points; expected at most {MAX_SWEEP_POINTS:,}", file="--sweep"
+        )
+    names = [format_path(s.path) for s in sweeps]
+    points = []
+    for combo in itertools.product(*(s.values for s in sweeps)):
+        at = tuple(zip(names, combo, strict=True))
+        try:
+            changed = apply(doc, [(s.path, v) for s, v in zip(sweeps, combo, strict=True)])
+            cal = parse_calibration(changed, with_ranges=False)
+            points.append(SweepPoint(at, scenarios(cal, decompose(cal))))
+        except CalibrationError as exc:
+            exc.file = f"{file} at --sweep " + ", ".join(f"{n}={json.dumps(v)}" for n, v in at)
+            raise
+    return tuple(points)
+
+
+# --- Sensitivity ---
+
+
+class SensitivityRow(NamedTuple):
+    path: str
+    low: float
+    high: float
+    tok_s_at_low: float
+    tok_s_at_high: float
+    value: float  # in force
+    source: str
+
+    @property
+    def swing(self) -> float:
+        return abs(self.tok_s_at_high - self.tok_s_at_low)
+
+
+class Sensitivity(NamedTuple):
+    scenario: str
+    tok_s: float  # with every assumption at its value in force
+    rows: tuple[SensitivityRow, ...]  # sorted by swing, largest first
+    tok_s_min: float  # over every combination of the range ends
+    tok_s_max: float
+    combinations: int
+
+
+MAX_BAND_RANGES = 16  # the band evaluates 2**n combinations
+
+
+def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, file: str) -> Sensitivity:
+    """A tornado (each range end alone) and the band over all combinations of range ends.
+
+    Default data, stronger/native@14 at 950.4 tok/s: overhead_cut 0.2 gives
+    1000 * 14 / (5.501 + 0.8 * 15.383) = 786.2 tok/s.
+    """
+    base = scenario_for(cal, spec, "--scenario")
+    if len(cal.ranges) > MAX_BAND_RANGES:
+        raise CalibrationError(
+            "ranges", f"{len(cal.ranges)} ranges; expected at most {MAX_BAND_RANGES} (the band tries 2^n combinations)"
+        )
+    paths = [parse_path(r.path) for r in cal.ranges]
+
+    def tok_s(ends: tuple[float, ...], which: list[int]) -> float:
+        changes = [(paths[i], end) for i, end in zip(which, ends, strict=True)]
+        try:
+            return scenario_for(parse_calibration(apply(doc, changes), with_ranges=False), spec, "--scenario").tok_s
+        except CalibrationError as exc:
+            at = ", ".join(f"{format_path(p)}={v:g}" for p, v in changes)
+            raise CalibrationError(
+                "ranges", f"at {at} the calibration fails ({exc.path}: {exc.message}); expected ranges it can use"
+            ) from None
+
+    rows = []
+    for i, r in enumerate(cal.ranges):
+        value = float(get_path(doc, paths[i]))  # type: ignore[arg-type]
+        rows.append(SensitivityRow(r.path, r.low, r.high, tok_s((r.low,), [i]), tok_s((r.high,), [i]), value, r.source))
+    everyone = list(range(len(cal.ranges)))
+    band = [tok_s(ends, everyone) for ends in itertools.product(*((r.low, r.high) for r in cal.ranges))]
+    return Sensitivity(
+        base.label,
+        base.tok_s,
+        tuple(sorted(rows, key=lambda row: -row.swing)),
+        min(band, default=base.tok_s),
+        max(band, default=base.tok_s),
+        len(band),
     )
-    for row in rows:
-        for name in ("step_ms", "tok_s"):
-            if not math.isfinite(getattr(row, name)):
-                raise CalibrationError("", f"{row.label}: {name} is not finite; the inputs are too extreme")
-    return Estimate(cal, dec, rows)
+
+
+# --- Solving an assumption from a measurement ---
+
+
+class Solution(NamedTuple):
+    path: str
+    value: float
+    previous: float  # the value in force before solving
+    observed: float
+    scenario: str
+    method: str
+    other_values: tuple[float, ...]  # further values that also fit, when the estimate is not monotonic
+
+
+def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, observed: float) -> Solution:
+    """The value of one assumption at which a scenario's estimate equals an observed tok/s.
+
+    When the step is linear in the assumption (checked at three points and
+    verified after) it is solved in closed form: default data,
+    current/native = 463 tok/s needs the kept overhead
+    (1000 * 4.4 / 463 - 1.991) / 12.530 = 0.5995, so overhead_cut = 0.4005.
+    Otherwise the valid domain is scanned for sign changes and each is bisected.
+    """
+    option = "--solve"
+    path = parse_path(path_text)
+    key = format_path(path)
+    candidates = [k for k, d in cal.domains.items() if not d.integer and not k.startswith("ranges.")]
+    if key not in candidates:
+        near = _closest(key, candidates)
+        hint = f"did you mean {near}?" if near else "expected the key path of a number, e.g. native_engine.overhead_cut"
+        whole = key in cal.domains and cal.domains[key].integer
+        raise CalibrationError(
+            key,
+            "is a whole number; --solve needs a continuous one"
+            if whole
+            else f"not a number of the calibration ({hint})",
+            file=option,
+        )
+    domain = cal.domains[key]
+    previous = float(get_path(doc, path))  # type: ignore[arg-type]
+    target = scenario_for(cal, spec, "--observed")
+    label = target.label
+
+    def gap(value: float) -> float | None:
+        """Estimated minus observed tok/s at this value; None where the calibration is invalid there."""
+        try:
+            return (
+                scenario_for(parse_calibration(set_path(doc, path, value), with_ranges=False), spec, "--observed").tok_s
+                - observed
+            )
+        except CalibrationError:
+            return None
+
+    def fits(value: float) -> bool:
+        g = gap(value)
+        return g is not None and abs(g) <= 1e-9 * observed
+
+    # Closed form: tok/s = 1000 * accept / step, and many assumptions enter the step linearly.
+    probes = _probes(domain, previous)
+    steps = [gap(v) for v in probes]
+    if all(g is not None for g in steps):
+        s0, s1, s2 = (1000.0 * target.accept / (g + observed) for g in steps)  # type: ignore[operator]
+        v0, v1, v2 = probes
+        slope = (s1 - s0) / (v1 - v0)
+        if slope != 0 and abs(s0 + slope * (v2 - v0) - s2) <= 1e-9 * max(abs(s2), 1e-300):
+            value = v0 + (1000.0 * target.accept / observed - s0) / slope
+            if value not in domain:
+                raise CalibrationError(
+                    key,
+                    f"{label} reaches {observed:g} tok/s only at {value:.6g}, outside the values it may take "
+                    f"({domain.describe()})",
+                    file=option,
+                )
+            if fits(value):
+                return Solution(key, value, previous, observed, label, "closed form (the step is linear in it)", ())
+
+    roots, reached = _bisect_roots(gap, _scan_grid(domain, previous))
+    if reached and min(reached) == max(reached):
+        raise CalibrationError(
+            key, f"{label} does not depend on it (it stays at {reached[0] + observed:.6g} tok/s)", file=option
+        )
+    if not roots:
+        span = f"{min(reached) + observed:.6g} to {max(reached) + observed:.6g} tok/s" if reached else "no valid value"
+        raise CalibrationError(
+            key,
+            f"no value it may take ({domain.describe()}) brings {label} to {observed:g} tok/s; "
+            f"over the values tried it gives {span}",
+            file=option,
+        )
+    roots.sort(key=lambda v: abs(v - previous))
+    return Solution(key, roots[0], previous, observed, label, "bisection", tuple(roots[1:]))
+
+
+def _probes(domain: Domain, value: float) -> tuple[float, float, float]:
+    """Three well-spread points inside a domain, for the linearity check."""
+    if math.isfinite(domain.high):
+        width = domain.high - domain.low
+        return domain.low + 0.1 * width, domain.low + 0.5 * width, domain.low + 0.9 * width
+    offset = value - domain.low if value > domain.low else 1.0
+    return domain.low + 0.5 * offset, domain.low + offset, domain.low + 2.0 * offset
+
+
+def _scan_grid(domain: Domain, value: float) -> list[float]:
+    """Points across a domain: 401 evenly spaced when it is bounded; else geometric, 2^-20 to 2^20 around value."""
+    if math.isfinite(domain.high):
+        width = domain.high - domain.low
+        grid = [domain.low + width * i / 400 for i in range(401)]
+    else:
+        offset = value - domain.low if value > domain.low else 1.0
+        grid = [domain.low + offset * 2.0 ** (k / 8) for k in range(-160, 161)]
+    return [v for v in grid if v in domain]
+
+
+def _bisect_roots(gap: Callable[[float], float | None], grid: list[float]) -> tuple[list[float], list[float]]:
+    """Each sign change of gap along the grid, narrowed by bisection; and every gap seen."""
+    seen = [(v, g) for v in grid if (g := gap(v)) is not None]
+    roots = []
+    for (a, ga), (b, gb) in itertools.pairwise(seen):
+        if ga == 0:
+            roots.append(a)
+        elif ga * gb < 0:
+            for _ in range(200):
+                mid = (a + b) / 2
+                gm = gap(mid)
+                if gm is None or mid in (a, b):
+                    break
+                if (gm < 0) == (ga < 0):
+                    a, ga = mid, gm
+                else:
+                    b = mid
+            roots.append((a + b) / 2)
+    if seen and seen[-1][1] == 0:
+        roots.append(seen[-1][0])
+    return roots, [g for _, g in seen]
 
 
 # === Rendering ===
+
+
+class Provenance(NamedTuple):
+    calibration_file: str
+    calibration_sha256: str  # the first 12 hex digits of the file's SHA-256
+    tool_version: str
+    overrides: tuple[str, ...]  # --set options in force, as given
+
+
+class Report(NamedTuple):
+    """Everything one run computed; the renderers read it and compute nothing new."""
+
+    provenance: Provenance
+    estimate: Estimate
+    solve: Solution | None
+    sensitivity: Sensitivity | None
+    sweep: tuple[SweepPoint, ...] | None
 
 
 def calibration_json(est: Estimate) -> dict[str, object]:
@@ -652,32 +1298,36 @@ def calibration_json(est: Estimate) -> dict[str, object]:
     }
 
 
-def scenario_json(row: Scenario) -> dict[str, object]:
-    return {
-        "drafter": row.drafter,
-        "pipeline": row.pipeline,
-        "block": row.block,
-        "budget": row.budget,
-        "m": row.m,
-        "accept": row.accept,
-        "moe_ms": row.moe_ms,
-        "attn_base_ms": row.attn_base_ms,
-        "spec_ms": row.spec_ms,
-        "step_ms": row.step_ms,
-        "tok_s": row.tok_s,
-        "moe_extrapolated": row.moe_extrapolated,
-        "measured": row.measured,
-    }
-
-
-def render_json(est: Estimate, file: str) -> str:
-    document = {
-        "tool": {"name": "estimate_b300", "version": __version__},
-        "calibration_file": file,
+def report_json(report: Report) -> dict[str, object]:
+    est = report.estimate
+    document: dict[str, object] = {
+        "provenance": {**report.provenance._asdict(), "overrides": list(report.provenance.overrides)},
         "calibration": calibration_json(est),
-        "scenarios": [scenario_json(row) for row in est.scenarios],
+        "scenarios": [row._asdict() for row in est.scenarios],
+        "break_even": [row._asdict() for row in est.break_even],
     }
-    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+    if report.solve:
+        document["solve"] = {**report.solve._asdict(), "other_values": list(report.solve.other_values)}
+    if report.sensitivity:
+        sens = report.sensitivity
+        document["sensitivity"] = {
+            "scenario": sens.scenario,
+            "tok_s": sens.tok_s,
+            "rows": [row._asdict() for row in sens.rows],
+            "band": {"tok_s_min": sens.tok_s_min, "tok_s_max": sens.tok_s_max, "combinations": sens.combinations},
+        }
+    if report.sweep is not None:
+        document["sweep"] = [
+            {"values": dict(point.values), "scenarios": [row._asdict() for row in point.scenarios]}
+            for point in report.sweep
+        ]
+    return document
+
+
+def render_json(report: Report) -> str:
+    # A sweep can hold 80,000 scenario objects: printed compact, which is also the fast path of json.
+    indent = None if report.sweep is not None else 2
+    return json.dumps(report_json(report), indent=indent, allow_nan=False) + "\n"
 
 
 def _pct(fraction: float) -> str:
@@ -685,7 +1335,7 @@ def _pct(fraction: float) -> str:
 
 
 def _curve_basis(moe: MoeTime, cal: Calibration) -> str:
-    """'curve 8.85 ms at M=9 (measured)', or how an unmeasured M was read off the curve."""
+    """'curve(9) = 8.85 ms (measured)', or how an unmeasured M was read off the curve."""
     basis = next((p.basis for p in cal.moe_curve.points if p.m == moe.m), None)
     how = basis or ("extrapolated" if moe.extrapolated else "interpolated")
     return f"curve({moe.m}) = {moe.reference_ms:.4g} ms ({how})"
@@ -695,10 +1345,11 @@ def _calibration_rows(est: Estimate) -> list[list[object]]:
     cal, dec = est.calibration, est.decomposition
     dd = cal.anchors.ddtree
     ar, mm = dec.moe_ar.m, dec.moe_ddtree.m
+    share = dec.ddtree_step_ms
     return [
         ["AR step", "1000 / ar_tok_s", dec.ar_step_ms, None, f"measured: {cal.anchors.ar_tok_s:g} tok/s"],
         [f"MoE({ar})", f"curve({ar}) / bandwidth ratio", dec.moe_ar.ms, None, _curve_basis(dec.moe_ar, cal)],
-        ["ATTN_BASE", f"AR step - MoE({ar})", dec.attn_base_ms, _pct(dec.attn_base_ms / dec.ddtree_step_ms), "derived"],
+        ["ATTN_BASE", f"AR step - MoE({ar})", dec.attn_base_ms, _pct(dec.attn_base_ms / share), "derived"],
         [
             "DDTree step",
             "1000 * accept / tok_s",
@@ -710,22 +1361,16 @@ def _calibration_rows(est: Estimate) -> list[list[object]]:
             f"MoE({mm})",
             f"curve({mm}) / bandwidth ratio",
             dec.moe_ddtree.ms,
-            _pct(dec.moe_ddtree.ms / dec.ddtree_step_ms),
+            _pct(dec.moe_ddtree.ms / share),
             _curve_basis(dec.moe_ddtree, cal),
         ],
-        [
-            "SPEC",
-            f"DDTree step - MoE({mm}) - ATTN_BASE",
-            dec.spec_ms,
-            _pct(dec.spec_ms / dec.ddtree_step_ms),
-            "derived",
-        ],
+        ["SPEC", f"DDTree step - MoE({mm}) - ATTN_BASE", dec.spec_ms, _pct(dec.spec_ms / share), "derived"],
         ["overhead", "ATTN_BASE + SPEC", dec.overhead_ms, _pct(dec.overhead_share), "derived"],
     ]
 
 
 SCENARIO_HEADERS = ["MoE ms", "ATTN_BASE ms", "SPEC ms", "step ms", "tok/s", "vs AR"]
-NUMERIC_HEADER_WORDS = {"ms", "tok/s", "AR", "accept", "step"}
+NUMERIC_HEADER_WORDS = {"ms", "tok/s", "AR", "accept", "step", "needed", "match", "low", "high", "swing"}
 
 
 def _scenario_cells(row: Scenario, ar_tok_s: float) -> list[object]:
@@ -740,67 +1385,188 @@ def _scenario_cells(row: Scenario, ar_tok_s: float) -> list[object]:
     ]
 
 
-def render_tables(est: Estimate, file: str, tablefmt: str) -> str:
-    from tabulate import tabulate
+def _value_text(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else json.dumps(value) if not isinstance(value, str) else value
 
-    cal, dec = est.calibration, est.decomposition
-    ref, tgt = cal.hardware.reference, cal.hardware.target
-    ar_tok_s = cal.anchors.ar_tok_s
-    current, stronger = drafters(cal)
-    cut = cal.native_engine.overhead_cut
 
-    def table(rows: list[list[object]], headers: list[str]) -> str:
-        """Cells are pre-formatted text; columns whose header names a unit are right-aligned."""
+class _Tables:
+    """Renders a report as text tables in one tabulate format."""
+
+    def __init__(self, report: Report, tablefmt: str) -> None:
+        self.report, self.tablefmt = report, tablefmt
+        self.est = report.estimate
+        self.cal = self.est.calibration
+
+    def table(self, rows: Sequence[Sequence[object]], headers: list[str]) -> str:
+        """Cells are pre-formatted text; columns whose header ends in a unit are right-aligned."""
+        from tabulate import tabulate
+
         cells = [[f"{c:.2f}" if isinstance(c, float) else c for c in r] for r in rows]
         align = ["right" if h.split()[-1] in NUMERIC_HEADER_WORDS else "left" for h in headers]
-        return tabulate(cells, headers=headers, tablefmt=tablefmt, colalign=align, missingval="", disable_numparse=True)
-
-    out = [
-        f"estimate_b300 {__version__}: Kimi K2.x + DDTree at concurrency 1 on {tgt.name} (calibration: {file})",
-        "",
-        f"Calibration: bandwidth ratio {tgt.name} / {ref.name} = {tgt.mem_bandwidth_tb_s:g} / "
-        f"{ref.mem_bandwidth_tb_s:g} TB/s = {dec.bandwidth_ratio:.3f}x (the MoE time divides by it)",
-        table((_calibration_rows(est)), ["figure", "formula", "ms", "share of DDTree step", "basis"]),
-        "",
-        f"Current drafter: block {current.block}, budget {current.budget}, verify batch M = {current.budget + 1}",
-    ]
-    rows = []
-    for row in est.scenarios:
-        if row.drafter == "current":
-            basis = "measured" if row.measured else f"estimate: overhead cut {100 * cut:g}%"
-            rows.append([PIPELINE_LABELS[row.pipeline], f"{row.accept:g}", *_scenario_cells(row, ar_tok_s), basis])
-    out.append(table((rows), ["pipeline", "accept", *SCENARIO_HEADERS, "basis"]))
-    out += [
-        "",
-        f"Stronger drafter: block {stronger.block}, budget {stronger.budget}, verify batch M = {stronger.budget + 1}; "
-        f"ATTN_BASE x {stronger.attn_base_scale:g}, SPEC x {stronger.spec_scale:g}",
-    ]
-    rows = [
-        [f"{row.accept:g}", PIPELINE_LABELS[row.pipeline], *_scenario_cells(row, ar_tok_s)]
-        for row in est.scenarios
-        if row.drafter == "stronger"
-    ]
-    out.append(table((rows), ["accept", "pipeline", *SCENARIO_HEADERS]))
-    out.append("")
-    out += _footnotes(est)
-    return "\n".join(out) + "\n"
-
-
-def _footnotes(est: Estimate) -> list[str]:
-    cal = est.calibration
-    ms = [p.m for p in cal.moe_curve.points]
-    notes = [f"vs AR: tok/s over the measured autoregressive {cal.anchors.ar_tok_s:g} tok/s."]
-    extrapolated = sorted({row.m for row in est.scenarios if row.moe_extrapolated})
-    if extrapolated:
-        notes.append(
-            f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve's "
-            f"M = {ms[0]}..{ms[-1]}; read along the nearest end segment."
+        text: str = tabulate(
+            cells, headers=headers, tablefmt=self.tablefmt, colalign=align, missingval="", disable_numparse=True
         )
-    notes.append(
-        "Only the SGLang current-drafter row is measured; every other row is an estimate whose "
-        "non-MoE split, stronger-drafter cost and accept lengths are assumptions."
-    )
-    return notes
+        return text
+
+    def render(self) -> str:
+        parts = [self.header()]
+        if self.report.solve:
+            parts.append(self.solve())
+        if self.report.sweep is not None:
+            parts.append(self.sweep())
+        else:
+            parts += [self.calibration(), self.current(), self.stronger(), self.break_even()]
+        if self.report.sensitivity:
+            parts.append(self.sensitivity())
+        parts.append("\n".join(self.footnotes()))
+        return "\n\n".join(parts) + "\n"
+
+    def header(self) -> str:
+        prov = self.report.provenance
+        overrides = ", ".join(prov.overrides) or "none"
+        return (
+            f"estimate_b300 {prov.tool_version}: Kimi K2.x + DDTree at concurrency 1 on "
+            f"{self.cal.hardware.target.name}\n"
+            f"calibration: {prov.calibration_file} (sha256 {prov.calibration_sha256}); overrides: {overrides}"
+        )
+
+    def solve(self) -> str:
+        sol = self.report.solve
+        assert sol is not None
+        lines = [
+            f"Solved: {sol.path} = {sol.value:.6g} (was {sol.previous:g}) brings {sol.scenario} to the observed "
+            f"{sol.observed:g} tok/s; {sol.method}. Every figure below uses it."
+        ]
+        if sol.other_values:
+            others = ", ".join(f"{v:.6g}" for v in sol.other_values)
+            lines.append(f"Other values fit too: {others} (the estimate is not monotonic in {sol.path}).")
+        return "\n".join(lines)
+
+    def calibration(self) -> str:
+        ref, tgt = self.cal.hardware.reference, self.cal.hardware.target
+        title = (
+            f"Calibration: bandwidth ratio {tgt.name} / {ref.name} = {tgt.mem_bandwidth_tb_s:g} / "
+            f"{ref.mem_bandwidth_tb_s:g} TB/s = {self.est.decomposition.bandwidth_ratio:.3f}x "
+            "(the MoE time divides by it)"
+        )
+        headers = ["figure", "formula", "ms", "share of DDTree step", "basis"]
+        return title + "\n" + self.table(_calibration_rows(self.est), headers)
+
+    def current(self) -> str:
+        current = drafters(self.cal)[0]
+        cut = self.cal.native_engine.overhead_cut
+        rows = []
+        for row in self.est.scenarios:
+            if row.drafter == "current":
+                basis = "measured" if row.measured else f"estimate: overhead cut {100 * cut:g}%"
+                cells = _scenario_cells(row, self.cal.anchors.ar_tok_s)
+                rows.append([PIPELINE_LABELS[row.pipeline], f"{row.accept:g}", *cells, basis])
+        title = (
+            f"Current drafter: block {current.block}, budget {current.budget}, verify batch M = {current.budget + 1}"
+        )
+        return title + "\n" + self.table(rows, ["pipeline", "accept", *SCENARIO_HEADERS, "basis"])
+
+    def stronger(self) -> str:
+        sd = drafters(self.cal)[1]
+        rows = [
+            [f"{row.accept:g}", PIPELINE_LABELS[row.pipeline], *_scenario_cells(row, self.cal.anchors.ar_tok_s)]
+            for row in self.est.scenarios
+            if row.drafter == "stronger"
+        ]
+        title = (
+            f"Stronger drafter: block {sd.block}, budget {sd.budget}, verify batch M = {sd.budget + 1}; "
+            f"ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}"
+        )
+        return title + "\n" + self.table(rows, ["accept", "pipeline", *SCENARIO_HEADERS])
+
+    def break_even(self) -> str:
+        versus = {"current": "current drafter", "autoregressive": "autoregressive"}
+        rows = []
+        for row in self.est.break_even:
+            needed = f"{row.accept:.2f}" if row.accept is not None else f"cannot: {row.reason}"
+            rows.append([PIPELINE_LABELS[row.pipeline], versus[row.versus], f"{row.tok_s_to_match:.1f}", needed])
+        title = "Break-even: the accept length at which the stronger drafter matches"
+        return title + "\n" + self.table(rows, ["pipeline", "versus", "tok/s to match", "accept needed"])
+
+    def sensitivity(self) -> str:
+        sens = self.report.sensitivity
+        assert sens is not None
+        rows = [
+            [
+                row.path,
+                f"{row.value:g}",
+                f"{row.low:g} - {row.high:g}",
+                f"{row.tok_s_at_low:.0f}",
+                f"{row.tok_s_at_high:.0f}",
+                f"{row.swing:.0f}",
+                row.source,
+            ]
+            for row in sens.rows
+        ]
+        headers = ["assumption", "in force", "range", "tok/s at low", "tok/s at high", "swing", "source"]
+        title = (
+            f"Sensitivity of {sens.scenario} ({sens.tok_s:.0f} tok/s): each assumption at either end of its range, "
+            "the others as in force"
+        )
+        band = (
+            f"Band: {sens.tok_s_min:.0f} to {sens.tok_s_max:.0f} tok/s over all {sens.combinations} combinations "
+            "of the range ends; a what-if range, not a statistical interval."
+        )
+        return f"{title}\n{self.table(rows, headers)}\n{band}"
+
+    def sweep(self) -> str:
+        points = self.report.sweep or ()
+        groups: dict[tuple[str, str], list[str]] = {}  # (drafter, pipeline) -> scenario labels, in order
+        for row in (row for point in points for row in point.scenarios):
+            labels = groups.setdefault((row.drafter, row.pipeline), [])
+            if row.label not in labels:
+                labels.append(row.label)
+        headers = [name for name, _ in points[0].values] if points else []
+        steps: dict[tuple[str, str], int] = {}  # column of each group's step time
+        rates: dict[str, int] = {}  # column of each scenario's tok/s
+        for (drafter, pipeline), labels in groups.items():
+            steps[(drafter, pipeline)] = len(headers)
+            headers.append(f"{drafter}/{pipeline}\nstep ms")
+            for label in labels:
+                rates[label] = len(headers)
+                headers.append(f"@{label.partition('@')[2]}\ntok/s")
+        rows = []
+        for point in points:
+            cells: list[object] = [_value_text(v) for _, v in point.values] + [None] * (
+                len(headers) - len(point.values)
+            )
+            for row in point.scenarios:
+                cells[steps[(row.drafter, row.pipeline)]] = f"{row.step_ms:.2f}" + ("*" if row.moe_extrapolated else "")
+                cells[rates[row.label]] = f"{row.tok_s:.0f}"
+            rows.append(cells)
+        return f"Sweep: {len(points)} points\n" + self.table(rows, headers)
+
+    def footnotes(self) -> list[str]:
+        cal = self.cal
+        ms = [p.m for p in cal.moe_curve.points]
+        scenarios = [row for p in self.report.sweep or () for row in p.scenarios] or list(self.est.scenarios)
+        notes = []
+        if self.report.sweep is None:
+            notes.append(f"vs AR: tok/s over the measured autoregressive {cal.anchors.ar_tok_s:g} tok/s.")
+        extrapolated = sorted({row.m for row in scenarios if row.moe_extrapolated})
+        if extrapolated:
+            notes.append(
+                f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve's "
+                f"M = {ms[0]}..{ms[-1]}; read along the nearest end segment."
+            )
+        if self.report.sensitivity:
+            for row in self.report.sensitivity.rows:
+                if not row.low <= row.value <= row.high:
+                    notes.append(f"Note: {row.path} = {row.value:g} lies outside its range {row.low:g} - {row.high:g}.")
+        notes.append(
+            "Only the SGLang current-drafter row is measured; every other row is an estimate whose "
+            "non-MoE split, stronger-drafter cost and accept lengths are assumptions."
+        )
+        return notes
+
+
+def render_tables(report: Report, tablefmt: str) -> str:
+    return _Tables(report, tablefmt).render()
 
 
 # === Command line ===
@@ -829,55 +1595,124 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_help_formatter,
         description="Estimate Kimi K2.x + DDTree decode throughput on B300 from calibration.json.",
     )
-    parser.add_argument(
-        "--calibration",
-        metavar="PATH",
-        help="calibration JSON to read (default: the calibration.json shipped beside the tool)",
+    add = parser.add_argument
+    add("--calibration", metavar="PATH", help="calibration JSON to read (default: the one shipped beside the tool)")
+    add("--format", choices=("table", "json"), default="table", help="tables for people, or one JSON object")
+    add("--tablefmt", default="simple", metavar="NAME", help="any tabulate format, e.g. github for Markdown tables")
+    what_if = parser.add_argument_group("what-if analysis")
+    what_if.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override one calibration value (VALUE is JSON, else a string); repeatable",
     )
-    parser.add_argument(
-        "--format",
-        choices=("table", "json"),
-        default="table",
-        help="tables for people, or one JSON object (default: table)",
+    what_if.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUES",
+        help="estimate at each of V1,V2,... or START:STOP:STEP; two sweeps make a grid",
     )
-    parser.add_argument(
-        "--tablefmt",
-        default="simple",
-        metavar="NAME",
-        help="any tabulate table format, e.g. github for Markdown (default: simple)",
+    what_if.add_argument(
+        "--sensitivity",
+        action="store_true",
+        help="swing each assumption across its range (calibration `ranges`) and show the combined band",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    what_if.add_argument(
+        "--scenario",
+        metavar="DRAFTER/PIPELINE[@ACCEPT]",
+        help="the scenario --sensitivity studies (default: stronger/native at its median accept)",
+    )
+    what_if.add_argument("--solve", metavar="KEY.PATH", help="find the value of one assumption that matches --observed")
+    what_if.add_argument(
+        "--observed",
+        metavar="SCENARIO=TOK_S",
+        help="a measured throughput for --solve, e.g. current/native=463",
+    )
+    add("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
 
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
-    """Everything main does except printing: load, estimate, render."""
-    path = args.calibration or default_calibration_path()
-    file = args.calibration if args.calibration else display_name(path)
-    try:
-        est = estimate(parse_calibration(read_document(path)))
-    except CalibrationError as exc:
-        exc.file = file
-        raise
-    if args.format == "json":
-        return render_json(est, file)
-    import tabulate
+def _check_usage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    if bool(args.solve) != bool(args.observed):
+        parser.error("--solve and --observed go together")
+    if args.solve and args.sweep:
+        parser.error("--solve and --sweep cannot be combined: solve first, then --set the value and sweep")
+    if args.scenario and not args.sensitivity:
+        parser.error("--scenario chooses what --sensitivity studies; add --sensitivity")
+    if args.format == "table":
+        import tabulate
 
-    if args.tablefmt not in tabulate.tabulate_formats:
-        parser.error(
-            f"--tablefmt: unknown format {args.tablefmt!r}; choose from {', '.join(tabulate.tabulate_formats)}"
+        if args.tablefmt not in tabulate.tabulate_formats:
+            formats = ", ".join(tabulate.tabulate_formats)
+            parser.error(f"--tablefmt: unknown format {args.tablefmt!r}; choose from {formats}")
+
+
+def _sha256_hex(data: bytes) -> str:
+    try:  # the interpreter's builtin module: hashlib's OpenSSL import costs 2-3 ms of start-up
+        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # Python 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # Python 3.11
+        except ImportError:
+            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
+    return str(sha256(data).hexdigest())
+
+
+def _parse_observed(text: str) -> tuple[ScenarioSpec, float]:
+    """'current/native=463' -> (the scenario, 463.0)."""
+    label, sep, tok_s_text = text.rpartition("=")
+    if not sep:
+        raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"--observed {text}")
+    spec = ScenarioSpec.parse("--observed", label)
+    tok_s = parse_value(tok_s_text)
+    if isinstance(tok_s, bool) or not isinstance(tok_s, (int, float)) or not 0 < tok_s < math.inf:
+        raise CalibrationError(
+            "", f"{tok_s_text!r}: expected a positive throughput in tok/s", file=f"--observed {text}"
         )
-    return render_tables(est, file, args.tablefmt)
+    return spec, float(tok_s)
+
+
+def build_report(args: argparse.Namespace) -> Report:
+    """Load, override, solve, estimate and analyse: everything main does except printing."""
+    overrides = [parse_override(text) for text in args.set]
+    sweeps = [parse_sweep(text) for text in args.sweep]
+    focus = ScenarioSpec.parse("--scenario", args.scenario or "stronger/native")
+    observed = _parse_observed(args.observed) if args.observed else None
+
+    path = args.calibration or default_calibration_path()
+    file = args.calibration or display_name(path)
+    label = file + "".join(f" with --set {o.text}" for o in overrides)
+    try:
+        raw, digest = read_document(path)
+        doc = apply(raw, [(o.path, o.value) for o in overrides])
+        cal = parse_calibration(doc)
+        solution = None
+        if args.solve and observed:
+            solution = solve(doc, cal, args.solve, *observed)
+            doc = set_path(doc, parse_path(args.solve), solution.value)
+            cal = parse_calibration(doc)
+        est = estimate(cal)
+        sens = sensitivity(doc, cal, focus, label) if args.sensitivity else None
+        sweep = run_sweep(doc, sweeps, label) if sweeps else None
+    except CalibrationError as exc:
+        exc.file = exc.file or label
+        raise
+    provenance = Provenance(file, digest, __version__, tuple(o.text for o in overrides))
+    return Report(provenance, est, solution, sens, sweep)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _check_usage(args, parser)
     try:
-        output = run(args, parser)
+        report = build_report(args)
     except CalibrationError as exc:
         print(f"estimate_b300: {exc}", file=sys.stderr)
         return 2
+    output = render_json(report) if args.format == "json" else render_tables(report, args.tablefmt)
     try:
         sys.stdout.write(output)
         sys.stdout.flush()

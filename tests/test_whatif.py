@@ -1,0 +1,495 @@
+"""What-if analysis: --set, --sweep, --sensitivity with ranges, break-even accept, --solve."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import default_doc, default_estimate, find, run_main
+from test_calibration import assert_clean_error
+
+import estimate_b300 as eb
+
+# Figures of the default calibration used below, each derived once:
+#   MoE(9) = 8.85 / (8 / 1.8) = 1.99125 ms, MoE(33) = 24.45 / 4.444 = 5.50125 ms
+#   ATTN_BASE = 1000/133 - 1.15/4.444 = 7.260047 ms, SPEC = 1000*4.4/303 - 1.99125 - 7.260047 = 5.270155 ms
+#   stronger overhead = 1.03 * 7.260047 + 1.5 * 5.270155 = 15.383081 ms
+MOE_9, MOE_33 = 8.85 * 1.8 / 8, 24.45 * 1.8 / 8
+ATTN_BASE = 1000 / 133 - 1.15 * 1.8 / 8
+SPEC = 1000 * 4.4 / 303 - MOE_9 - ATTN_BASE
+STRONGER_OVERHEAD = 1.03 * ATTN_BASE + 1.5 * SPEC
+
+
+def native_tok_s(accept: float, cut: float, moe: float = MOE_33, overhead: float = STRONGER_OVERHEAD) -> float:
+    return 1000 * accept / (moe + (1 - cut) * overhead)
+
+
+# --- Overrides -----------------------------------------------------------------------------
+
+
+def test_set_changes_the_estimate_and_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    """A 30% cut: current/native = 4400 / (1.99125 + 0.7 * 12.530202) = 408.83 tok/s."""
+    run = run_main(capsys, "--set", "native_engine.overhead_cut=0.3", "--format", "json")
+    doc = run.json()
+    assert doc["provenance"]["overrides"] == ["native_engine.overhead_cut=0.3"]
+    row = next(s for s in doc["scenarios"] if (s["drafter"], s["pipeline"]) == ("current", "native"))
+    assert row["tok_s"] == pytest.approx(4400 / (MOE_9 + 0.7 * (ATTN_BASE + SPEC)), rel=1e-12)
+    assert row["tok_s"] == pytest.approx(408.83, abs=0.01)
+    table = run_main(capsys, "--set", "native_engine.overhead_cut=0.3").out
+    assert "overrides: native_engine.overhead_cut=0.3" in table
+    assert "estimate: overhead cut 30%" in table
+
+
+def test_set_takes_json_lists_and_plain_strings(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(
+        capsys, "--set", "stronger_drafter.accept=[10,12]", "--set", "hardware.target.name=B200", "--format", "json"
+    )
+    doc = run.json()
+    assert sorted({s["accept"] for s in doc["scenarios"] if s["drafter"] == "stronger"}) == [10, 12]
+    table = run_main(capsys, "--set", "hardware.target.name=B200").out
+    assert "at concurrency 1 on B200" in table
+
+
+def test_set_several_and_nested_index(capsys: pytest.CaptureFixture[str]) -> None:
+    """curve(32) = 30 ms: MoE(33) = (30 + (30 - 8.85) / 23) * 1.8 / 8 = 6.9569 ms."""
+    run = run_main(
+        capsys, "--set", "moe_curve.points[2].ms=30", "--set", "anchors.ddtree.tok_s=310", "--format", "json"
+    )
+    row = next(s for s in run.json()["scenarios"] if s["drafter"] == "stronger")
+    assert row["moe_ms"] == pytest.approx((30 + 21.15 / 23) * 1.8 / 8, rel=1e-12)
+    current = next(s for s in run.json()["scenarios"] if s["measured"])
+    assert current["tok_s"] == pytest.approx(310, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("option", "fragments"),
+    [
+        (
+            "native_engine.overhead_cutt=0.3",
+            ["with --set native_engine.overhead_cutt=0.3", "did you mean native_engine.overhead_cut?"],
+        ),
+        ("native_engin.overhead_cut=0.3", ["native_engin: unknown key", "did you mean native_engine?"]),
+        ("native_engine.overhead_cut=1.5", ["native_engine.overhead_cut: got 1.5", ">= 0 and < 1"]),
+        ("native_engine.overhead_cut=0.3x", ['got a string "0.3x"']),
+        ("anchors.ar_tok_s.x=1", ["anchors.ar_tok_s: is a number, not an object"]),
+        ("moe_curve.points[7].ms=1", ["moe_curve.points[7]: the list has 3 entries"]),
+        ("moe_curve.points[x].ms=1", ["bad index"]),
+        ("novalue", ["--set novalue: expected KEY.PATH=VALUE"]),
+        ("=3", ["--set =3: expected KEY.PATH=VALUE"]),
+        ("stronger_drafter.accept=[12,40]", ["stronger_drafter.accept[1]: 40 exceeds the verify batch budget+1 = 33"]),
+    ],
+)
+def test_bad_overrides(capsys: pytest.CaptureFixture[str], option: str, fragments: list[str]) -> None:
+    for fmt in ("table", "json"):
+        assert_clean_error(run_main(capsys, "--set", option, "--format", fmt), *fragments)
+
+
+def test_set_and_ranges_with_dotted_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    """The keys of `ranges` hold dots; --set finds the longest existing key."""
+    run = run_main(capsys, "--set", "ranges.native_engine.overhead_cut.low=0.3", "--sensitivity", "--format", "json")
+    row = next(r for r in run.json()["sensitivity"]["rows"] if r["path"] == "native_engine.overhead_cut")
+    assert row["low"] == 0.3
+
+
+# --- Sweeps --------------------------------------------------------------------------------
+
+
+def test_parse_sweep_range_includes_stop() -> None:
+    sweep = eb.parse_sweep("native_engine.overhead_cut=0.2:0.6:0.1")
+    assert sweep.values == tuple(0.2 + i * 0.1 for i in range(5))  # computed, not accumulated
+    assert eb.parse_sweep("a=0:1:0.3").values == (0.0, 0.3, 0.6, 0.8999999999999999)  # 1.0 not on a step
+    assert eb.parse_sweep("a=3:1:-1").values == (3.0, 2.0, 1.0)
+    assert eb.parse_sweep("a=1,2.5,[3]").values == (1, 2.5, [3])
+    assert eb.parse_sweep("hardware.target.name=B200,H200").values == ("B200", "H200")
+
+
+def test_sweep_of_overhead_cut(capsys: pytest.CaptureFixture[str]) -> None:
+    """At a 20% cut the stronger drafter on the native engine gives about 675-900 tok/s at accept 12-16:
+    1000 * 12 / (5.50125 + 0.8 * 15.383081) = 673.9, and 16 gives 898.5."""
+    run = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2:0.6:0.1", "--format", "json")
+    points = run.json()["sweep"]
+    assert [p["values"]["native_engine.overhead_cut"] for p in points] == pytest.approx([0.2, 0.3, 0.4, 0.5, 0.6])
+    first = {(s["drafter"], s["pipeline"], s["accept"]): s for s in points[0]["scenarios"]}
+    assert first["stronger", "native", 12]["tok_s"] == pytest.approx(native_tok_s(12, 0.2), rel=1e-12)
+    assert first["stronger", "native", 12]["tok_s"] == pytest.approx(675, rel=0.01)
+    assert first["stronger", "native", 16]["tok_s"] == pytest.approx(900, rel=0.01)
+    for point in points:
+        assert len(point["scenarios"]) == 8
+        for s in point["scenarios"]:
+            assert s["moe_ms"] + s["attn_base_ms"] + s["spec_ms"] == s["step_ms"]
+    # the middle point is the default calibration
+    assert points[2]["scenarios"] == run.json()["scenarios"]
+
+
+def test_two_sweeps_make_a_grid(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(
+        capsys,
+        "--sweep",
+        "native_engine.overhead_cut=0.2,0.4",
+        "--sweep",
+        "stronger_drafter.spec_scale=1.5:2:0.25",
+        "--format",
+        "json",
+    )
+    values = [p["values"] for p in run.json()["sweep"]]
+    assert values == [
+        {"native_engine.overhead_cut": cut, "stronger_drafter.spec_scale": scale}
+        for cut in (0.2, 0.4)
+        for scale in (1.5, 1.75, 2.0)
+    ]
+
+
+def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2,0.6").out
+    assert "Sweep: 2 points" in out
+    lines = out.splitlines()
+    row = next(line for line in lines if line.startswith("0.2 "))
+    assert f"{native_tok_s(14, 0.2):.0f}" in row.split()
+    assert "stronger/native" in out and "step ms" in out
+
+
+@pytest.mark.parametrize(
+    ("option", "fragments"),
+    [
+        ("native_engine.overhead_cut=0.2:0.6:0", ["a step of 0 never goes from 0.2 to 0.6"]),
+        ("native_engine.overhead_cut=0.6:0.2:0.1", ["a step of 0.1 never goes from 0.6 to 0.2"]),
+        ("native_engine.overhead_cut=a:b:c", ["START:STOP:STEP with three finite numbers"]),
+        ("native_engine.overhead_cut=0:1e9:1", ["1,000,000,001 values; expected at most 1,000,000"]),
+        ("native_engine.overhead_cut=", ["expected V1,V2"]),
+        ("overhead_cut", ["expected KEY.PATH=VALUE"]),
+        ("native_engine.overhead_cut=0.2,1.5", ["at --sweep native_engine.overhead_cut=1.5", "got 1.5"]),
+        ("native_engine.overhead_cutt=0.2", ["native_engine.overhead_cutt: unknown key"]),
+    ],
+)
+def test_bad_sweeps(capsys: pytest.CaptureFixture[str], option: str, fragments: list[str]) -> None:
+    for fmt in ("table", "json"):
+        assert_clean_error(run_main(capsys, "--sweep", option, "--format", fmt), *fragments)
+
+
+def test_too_large_a_grid(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--sweep", "native_engine.overhead_cut=0:0.9:0.0001", "--sweep", "a.b=1:200:1")
+    assert_clean_error(run, "the grid has 1,800,200 points")
+
+
+# --- Sensitivity and the band -------------------------------------------------------------
+
+
+def test_default_sensitivity(capsys: pytest.CaptureFixture[str]) -> None:
+    """stronger/native@14 (the median of 12, 14, 16). overhead_cut 0.2 -> 786.2, 0.6 -> 1201.3 tok/s."""
+    sens = run_main(capsys, "--sensitivity", "--format", "json").json()["sensitivity"]
+    assert sens["scenario"] == "stronger/native@14"
+    assert sens["tok_s"] == pytest.approx(native_tok_s(14, 0.4), rel=1e-12)
+    rows = {r["path"]: r for r in sens["rows"]}
+    assert set(rows) == {
+        "native_engine.overhead_cut",
+        "stronger_drafter.spec_scale",
+        "stronger_drafter.attn_base_scale",
+        "hardware.target.mem_bandwidth_tb_s",
+        "anchors.ar_tok_s",
+        "anchors.ddtree.tok_s",
+    }
+    cut = rows["native_engine.overhead_cut"]
+    assert (cut["low"], cut["high"]) == (0.2, 0.6)
+    assert cut["tok_s_at_low"] == pytest.approx(native_tok_s(14, 0.2), rel=1e-12)
+    assert cut["tok_s_at_low"] == pytest.approx(786.2, abs=0.05)
+    assert cut["tok_s_at_high"] == pytest.approx(1201.3, abs=0.05)
+    spec = rows["stronger_drafter.spec_scale"]  # 2.0: overhead 1.03 * ATTN_BASE + 2 * SPEC
+    assert spec["tok_s_at_high"] == pytest.approx(native_tok_s(14, 0.4, overhead=1.03 * ATTN_BASE + 2 * SPEC))
+    ar = rows["anchors.ar_tok_s"]
+    assert (ar["low"], ar["high"]) == (pytest.approx(133 * 0.97), pytest.approx(133 * 1.03))
+    swings = [abs(r["tok_s_at_high"] - r["tok_s_at_low"]) for r in sens["rows"]]
+    assert swings == sorted(swings, reverse=True)
+    band = sens["band"]
+    assert band["combinations"] == 64
+    every = [v for r in sens["rows"] for v in (r["tok_s_at_low"], r["tok_s_at_high"])]
+    assert band["tok_s_min"] <= min(every) and max(every) <= band["tok_s_max"]
+
+
+def test_band_of_a_single_range_is_its_two_ends(capsys: pytest.CaptureFixture[str], write_calibration) -> None:  # type: ignore[no-untyped-def]
+    doc = default_doc()
+    doc["ranges"] = {"native_engine.overhead_cut": {"low": 0.2, "high": 0.6, "source": "test"}}
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity", "--format", "json")
+    band = run.json()["sensitivity"]["band"]
+    assert band == {
+        "tok_s_min": pytest.approx(native_tok_s(14, 0.2), rel=1e-12),
+        "tok_s_max": pytest.approx(native_tok_s(14, 0.6), rel=1e-12),
+        "combinations": 2,
+    }
+
+
+def test_missing_ranges_section_gets_the_built_in_defaults(
+    write_calibration, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    doc = default_doc()
+    shipped = {k: v for k, v in doc.pop("ranges").items() if k != "source"}
+    cal = eb.parse_calibration(doc)
+    assert {r.path: (r.low, r.high, r.relative) for r in cal.ranges} == {
+        path: (
+            pytest.approx(spec.get("low", eb.get_path(doc, eb.parse_path(path)) * (1 - spec.get("relative", 0)))),
+            pytest.approx(spec.get("high", eb.get_path(doc, eb.parse_path(path)) * (1 + spec.get("relative", 0)))),
+            spec.get("relative"),
+        )
+        for path, spec in shipped.items()
+    }
+
+
+def test_relative_range_follows_the_value_in_force(capsys: pytest.CaptureFixture[str]) -> None:
+    sens = run_main(capsys, "--set", "anchors.ar_tok_s=140", "--sensitivity", "--format", "json").json()
+    row = next(r for r in sens["sensitivity"]["rows"] if r["path"] == "anchors.ar_tok_s")
+    assert (row["low"], row["high"], row["value"]) == (pytest.approx(135.8), pytest.approx(144.2), 140)
+
+
+def test_sensitivity_table_explains_the_band(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys, "--sensitivity", "--set", "native_engine.overhead_cut=0.7").out
+    assert "Sensitivity of stronger/native@14" in out
+    assert "a what-if range, not a statistical interval" in out
+    assert "native_engine.overhead_cut = 0.7 lies outside its range 0.2 - 0.6" in out
+
+
+@pytest.mark.parametrize(
+    ("label", "expected"),
+    [
+        ("stronger/sglang@12", "stronger/sglang@12"),
+        ("current/native", "current/native@4.4"),
+        ("stronger/native@9.5", "stronger/native@9.5"),
+    ],
+)
+def test_scenario_choice(capsys: pytest.CaptureFixture[str], label: str, expected: str) -> None:
+    run = run_main(capsys, "--sensitivity", "--scenario", label, "--format", "json")
+    assert run.json()["sensitivity"]["scenario"] == expected
+
+
+def test_default_scenario_takes_the_lower_middle_accept() -> None:
+    doc = default_doc()
+    doc["stronger_drafter"]["accept"] = [16, 12, 14, 10]
+    cal = eb.parse_calibration(doc)
+    assert eb.ScenarioSpec.parse("--scenario", "stronger/native").resolve(cal, "--scenario")[1] == 12
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--sensitivity", "--scenario", "strong/native"], ["--scenario strong/native: expected DRAFTER/PIPELINE"]),
+        (["--sensitivity", "--scenario", "stronger/native@40"], ["@40: 40 exceeds the verify batch budget+1 = 33"]),
+        (["--sensitivity", "--scenario", "stronger/native@x"], ["@x: expected an accept length"]),
+    ],
+)
+def test_bad_scenarios(capsys: pytest.CaptureFixture[str], args: list[str], fragments: list[str]) -> None:
+    assert_clean_error(run_main(capsys, *args), *fragments)
+
+
+def test_scenario_needs_sensitivity(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--scenario", "stronger/native")
+    assert run.code == 2 and run.out == "" and "add --sensitivity" in run.err
+
+
+BAD_RANGES: list[tuple[dict[str, Any], list[str]]] = [
+    (
+        {"native_engine.overhead_cutt": {"low": 0.1, "high": 0.2, "source": "x"}},
+        ["did you mean native_engine.overhead_cut?"],
+    ),
+    ({"stronger_drafter.budget": {"low": 8, "high": 16, "source": "x"}}, ["stronger_drafter.budget: not a number"]),
+    (
+        {"native_engine.overhead_cut": {"low": 0.5, "high": 0.2, "source": "x"}},
+        ["overhead_cut.high: got 0.2, below low = 0.5"],
+    ),
+    (
+        {"native_engine.overhead_cut": {"low": 0.2, "high": 1.2, "source": "x"}},
+        ["overhead_cut.high: the range reaches 1.2"],
+    ),
+    ({"native_engine.overhead_cut": {"low": 0.2, "high": 0.3}}, ["overhead_cut.source: missing"]),
+    ({"anchors.ar_tok_s": {"relative": 1.5, "source": "x"}}, ["ar_tok_s.relative: got 1.5"]),
+    (
+        {"anchors.ar_tok_s": {"relative": 0.1, "sourc": "x"}},
+        ["ranges.anchors.ar_tok_s.source: missing", "is ranges.anchors.ar_tok_s.sourc a misspelling of it?"],
+    ),
+    ({"anchors.ddtree.accept": {"low": 1, "high": 12, "source": "x"}}, ["the range reaches 12", "<= 9"]),
+]
+
+
+@pytest.mark.parametrize(("ranges", "fragments"), BAD_RANGES)
+def test_bad_ranges(
+    capsys: pytest.CaptureFixture[str],
+    write_calibration: Callable[[object], Path],
+    ranges: dict[str, Any],
+    fragments: list[str],
+) -> None:
+    doc = default_doc()
+    doc["ranges"] = ranges
+    assert_clean_error(run_main(capsys, "--calibration", str(write_calibration(doc))), "ranges.", *fragments)
+
+
+def test_range_ends_that_break_the_calibration(capsys: pytest.CaptureFixture[str], write_calibration) -> None:  # type: ignore[no-untyped-def]
+    """DDTree at +50% (454.5 tok/s) is still valid, at +60% (484.8 tok/s) SPEC would be negative."""
+    doc = default_doc()
+    doc["ranges"] = {"anchors.ddtree.tok_s": {"relative": 0.6, "source": "x"}}
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity")
+    assert_clean_error(run, "ranges: at anchors.ddtree.tok_s=484.8", "the measured anchors conflict")
+
+
+# --- Break-even accept ---------------------------------------------------------------------
+
+
+def test_break_even_default() -> None:
+    """SGLang vs current: 303 * 20.884 / 1000 = 6.33. Native vs autoregressive:
+    1000 / (MoE(1) + 0.6 * ATTN_BASE) = 1000 / (0.25875 + 4.356028) = 216.70 tok/s,
+    and 216.70 * 14.731 / 1000 = 3.19."""
+    est = default_estimate()
+    rows = {(b.pipeline, b.versus): b for b in est.break_even}
+    sglang_step = MOE_33 + STRONGER_OVERHEAD
+    native_step = MOE_33 + 0.6 * STRONGER_OVERHEAD
+    assert rows["sglang", "current"].accept == pytest.approx(303 * sglang_step / 1000, rel=1e-12)
+    assert rows["sglang", "current"].accept == pytest.approx(6.3, abs=0.05)
+    assert rows["sglang", "autoregressive"].accept == pytest.approx(133 * sglang_step / 1000, rel=1e-12)
+    native_ar = 1000 / (1.15 * 1.8 / 8 + 0.6 * ATTN_BASE)
+    assert rows["native", "autoregressive"].tok_s_to_match == pytest.approx(native_ar, rel=1e-12)
+    assert rows["native", "autoregressive"].accept == pytest.approx(native_ar * native_step / 1000, rel=1e-12)
+    current_native = find(est, "current", "native", 4.4).tok_s
+    assert rows["native", "current"].accept == pytest.approx(current_native * native_step / 1000, rel=1e-12)
+    assert all(b.reason is None for b in est.break_even)
+
+
+def test_break_even_out_of_reach(capsys: pytest.CaptureFixture[str]) -> None:
+    """spec_scale 60: SGLang step = 5.50 + 7.48 + 316.2 = 329.2 ms, so matching 303 tok/s needs accept 99.7 > 33."""
+    run = run_main(capsys, "--set", "stronger_drafter.spec_scale=60", "--format", "json")
+    row = next(b for b in run.json()["break_even"] if (b["pipeline"], b["versus"]) == ("sglang", "current"))
+    assert row["accept"] is None
+    assert "above the tree's limit block+1 = 17" in row["reason"]  # block 16 binds before budget 32
+    table = run_main(capsys, "--set", "stronger_drafter.spec_scale=60").out
+    assert "cannot: it would need accept 99.7" in table
+
+
+def test_break_even_names_budget_when_it_binds(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(
+        capsys,
+        *("--set", "stronger_drafter.spec_scale=60", "--set", "stronger_drafter.block=64"),
+        *("--set", "stronger_drafter.budget=20", "--format", "json"),
+    )
+    reasons = [b["reason"] for b in run.json()["break_even"] if b["accept"] is None]
+    assert reasons and all("budget+1 = 21" in r for r in reasons)
+
+
+# --- Solving an assumption from a measurement ---------------------------------------------
+
+
+def test_solve_overhead_cut_from_463(capsys: pytest.CaptureFixture[str]) -> None:
+    """1000 * 4.4 / 463 = 9.5032 ms = MoE(9) + kept * 12.530202, so kept = 0.59952, cut = 0.40048."""
+    run = run_main(
+        capsys, "--solve", "native_engine.overhead_cut", "--observed", "current/native=463", "--format", "json"
+    )
+    doc = run.json()
+    solve = doc["solve"]
+    expected = 1 - (4400 / 463 - MOE_9) / (ATTN_BASE + SPEC)
+    assert solve["value"] == pytest.approx(expected, rel=1e-9)
+    assert solve["value"] == pytest.approx(0.40, abs=0.005)
+    assert (solve["path"], solve["observed"], solve["scenario"]) == (
+        "native_engine.overhead_cut",
+        463,
+        "current/native@4.4",
+    )
+    assert solve["method"].startswith("closed form")
+    current = next(s for s in doc["scenarios"] if (s["drafter"], s["pipeline"]) == ("current", "native"))
+    assert current["tok_s"] == pytest.approx(463, rel=1e-9)  # the scenarios are recomputed at the solved value
+    table = run_main(capsys, "--solve", "native_engine.overhead_cut", "--observed", "current/native=463").out
+    assert "Solved: native_engine.overhead_cut = 0.400489 (was 0.4)" in table
+
+
+ROUND_TRIPS = [
+    ("native_engine.overhead_cut", "current/native", 0.25),
+    ("stronger_drafter.spec_scale", "stronger/sglang@12", 1.8),
+    ("stronger_drafter.attn_base_scale", "stronger/native@16", 1.1),
+    ("hardware.target.mem_bandwidth_tb_s", "stronger/native@14", 6.5),
+    ("hardware.reference.mem_bandwidth_tb_s", "current/native", 2.0),
+    ("anchors.ddtree.tok_s", "current/sglang", 290),
+    ("anchors.ar_tok_s", "stronger/native@12", 128),
+    ("moe_curve.points[2].ms", "stronger/sglang@14", 26.0),
+    ("anchors.ddtree.accept", "stronger/native@14", 4.0),
+]
+
+
+@pytest.mark.parametrize(("path", "label", "value"), ROUND_TRIPS)
+def test_solve_round_trips(capsys: pytest.CaptureFixture[str], path: str, label: str, value: float) -> None:
+    """Estimate with the assumption set to `value`, then solve it back from that estimate."""
+    spec = eb.ScenarioSpec.parse("--observed", label)
+    doc = eb.set_path(default_doc(), eb.parse_path(path), value)
+    observed = eb.scenario_for(eb.parse_calibration(doc), spec, "--observed").tok_s
+    run = run_main(capsys, "--solve", path, "--observed", f"{label}={observed!r}", "--format", "json")
+    assert run.code == 0, run.err
+    assert run.json()["solve"]["value"] == pytest.approx(value, abs=1e-6)
+
+
+def test_bisection_reports_every_root() -> None:
+    """gap(v) = (v - 1)(v - 3) crosses zero at 1 and 3; the root finder narrows both."""
+    roots, seen = eb._bisect_roots(lambda v: (v - 1) * (v - 3), [0.1 * i for i in range(51)])
+    assert roots == [pytest.approx(1, abs=1e-12), pytest.approx(3, abs=1e-12)]
+    assert min(seen) == pytest.approx(-1, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (
+            ["--solve", "native_engine.overhead_cut", "--observed", "current/native=5000"],
+            ["--solve: native_engine.overhead_cut", "only at 1.08869", ">= 0 and < 1"],
+        ),
+        (
+            ["--solve", "anchors.ar_tok_s", "--observed", "stronger/native@14=100000"],
+            ["no value it may take", "over the values tried it gives"],
+        ),
+        (
+            ["--solve", "native_engine.overhead_cutt", "--observed", "current/native=463"],
+            ["did you mean native_engine.overhead_cut?"],
+        ),
+        (["--solve", "stronger_drafter.budget", "--observed", "current/native=463"], ["is a whole number"]),
+        (
+            ["--solve", "native_engine.overhead_cut", "--observed", "current/native=-3"],
+            ["--observed current/native=-3", "positive throughput"],
+        ),
+        (
+            ["--solve", "native_engine.overhead_cut", "--observed", "current/native"],
+            ["--observed current/native: expected SCENARIO=TOK_S"],
+        ),
+        (
+            ["--solve", "native_engine.overhead_cut", "--observed", "stronger/native@99=463"],
+            ["exceeds the verify batch"],
+        ),
+        (["--solve", "stronger_drafter.spec_scale", "--observed", "current/native=463"], ["does not depend on"]),
+    ],
+)
+def test_bad_solves(capsys: pytest.CaptureFixture[str], args: list[str], fragments: list[str]) -> None:
+    for fmt in ("table", "json"):
+        assert_clean_error(run_main(capsys, *args, "--format", fmt), *fragments)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--solve", "native_engine.overhead_cut"],
+        ["--observed", "current/native=463"],
+        ["--solve", "native_engine.overhead_cut", "--observed", "current/native=463", "--sweep", "a=1,2"],
+    ],
+)
+def test_solve_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    run = run_main(capsys, *args)
+    assert run.code == 2 and run.out == "" and "usage:" in run.err
+
+
+def test_json_of_all_analyses_is_strict_json(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(
+        capsys,
+        "--set",
+        "native_engine.overhead_cut=0.35",
+        "--sensitivity",
+        "--solve",
+        "stronger_drafter.spec_scale",
+        "--observed",
+        "stronger/native@14=900",
+        "--format",
+        "json",
+    )
+    doc = json.loads(run.out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert {"provenance", "calibration", "scenarios", "break_even", "sensitivity", "solve"} <= doc.keys()
+    assert doc["provenance"]["overrides"] == ["native_engine.overhead_cut=0.35"]
