@@ -49,6 +49,7 @@ the key path; nothing is printed on stdout and no file is ever written.
 """
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -76,6 +77,7 @@ DRAFTERS = ("current", "stronger")
 PIPELINES = ("sglang", "native")
 PIPELINE_LABELS = {"sglang": "SGLang", "native": "native engine"}
 POINT_BASES = ("measured", "inferred", "assumed")
+CURVE_FITS = ("linear", "experts")
 
 
 class CalibrationError(ValueError):
@@ -112,9 +114,39 @@ class CurvePoint(NamedTuple):
     basis: str  # one of POINT_BASES
 
 
+class ExpertsFit(NamedTuple):
+    """ms = t0_ms + t_expert_ms * distinct(M), least squares over the curve's points."""
+
+    t0_ms: float
+    t_expert_ms: float  # per distinct routed expert per layer touched by the batch
+    residuals_ms: tuple[tuple[int, float], ...]  # (M, measured - fitted) at each point
+
+
 class MoeCurve(NamedTuple):
     tp: int
     points: tuple[CurvePoint, ...]  # sorted by m, at least two
+    fit: str  # one of CURVE_FITS: how MoE(M) is read from the points
+    experts_fit: ExpertsFit | None  # the fit, when fit == "experts"
+
+
+class ModelGeometry(NamedTuple):
+    """The target model's MoE shape: what the physical cross-check counts bytes with."""
+
+    layers: int
+    dense_layers: int
+    hidden_size: int
+    expert_intermediate_size: int
+    routed_experts: int
+    experts_per_token: int
+    shared_experts: int
+    weight_bits: int
+    group_size: int  # weights per quantization scale
+    scale_bits: int
+    curve_includes_shared_expert: bool  # the curve times the shared expert too (read at 16 bits)
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers
 
 
 class DdtreeAnchor(NamedTuple):
@@ -158,7 +190,9 @@ class Domain(NamedTuple):
         return above and below
 
     def describe(self) -> str:
-        return _COUNT_EXPECTED if self.integer else _number_expected(*self[:4])
+        if self.integer:
+            return f"a whole number from {self.low:g} to {self.high:,.0f}"
+        return _number_expected(*self[:4])
 
 
 class Range(NamedTuple):
@@ -179,6 +213,7 @@ class Calibration(NamedTuple):
     stronger_drafter: StrongerDrafter
     ranges: tuple[Range, ...]
     domains: dict[str, Domain]  # every number read, by key path: what --solve and ranges may vary
+    model: ModelGeometry | None  # None: no `model` section, no physical cross-check
 
 
 _REQUIRED = object()
@@ -245,7 +280,7 @@ class _Reader:
     def error(self, key: str, message: str) -> CalibrationError:
         return CalibrationError(self.at(key), message)
 
-    def raw(self, key: str, expected: str | Domain, default: object = _REQUIRED) -> object:
+    def raw(self, key: str, expected: "str | Domain", default: object = _REQUIRED) -> object:
         self.known.append(key)
         if key in self.data:
             return self.data[key]
@@ -268,9 +303,18 @@ class _Reader:
         self.domains[self.at(key)] = domain = Domain(low, high, low_open, high_open)
         return _number(self.raw(key, domain), self.at(key), *domain[:4])
 
-    def count(self, key: str) -> int:
-        self.domains[self.at(key)] = _COUNT_DOMAIN
-        return _count(self.raw(key, _COUNT_EXPECTED), self.at(key))
+    def optional_child(self, key: str) -> "_Reader | None":
+        return None if self.raw(key, "an object", None) is None else self.child(key)
+
+    def count(self, key: str, low: int = 1) -> int:
+        self.domains[self.at(key)] = _COUNT_DOMAINS[low]
+        return _count(self.raw(key, _COUNT_DOMAINS[low]), self.at(key), low)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.raw(key, "true or false", default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"got {_describe(value)}; expected true or false")
+        return value
 
     def accept(self, path: str, value: object, block: int, budget: int) -> float:
         self.domains[path] = Domain(1.0, min(block, budget) + 1.0, False, False)
@@ -342,16 +386,15 @@ def _number(
     return number
 
 
-_COUNT_EXPECTED = f"a whole number from 1 to {MAX_COUNT:,}"
-_COUNT_DOMAIN = Domain(1, MAX_COUNT, False, False, integer=True)
+_COUNT_DOMAINS = {low: Domain(low, MAX_COUNT, False, False, integer=True) for low in (0, 1)}
 
 
-def _count(value: object, path: str) -> int:
-    """A positive JSON integer (1.0 passes as 1; 1.5, true and "1" do not)."""
+def _count(value: object, path: str, low: int = 1) -> int:
+    """A whole JSON number from low to MAX_COUNT (1.0 passes as 1; 1.5, true and "1" do not)."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-        raise CalibrationError(path, f"got {_describe(value)}; expected {_COUNT_EXPECTED}")
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNT:
+        raise CalibrationError(path, f"got {_describe(value)}; expected {_COUNT_DOMAINS[low].describe()}")
     return value
 
 
@@ -395,6 +438,8 @@ def parse_calibration(data: object, with_ranges: bool = True) -> Calibration:
         gpu.finish()
     hw.finish()
 
+    model = _parse_model(top.optional_child("model"))
+
     curve = top.child("moe_curve")
     tp = curve.count("tp")
     points: list[CurvePoint] = []
@@ -405,6 +450,13 @@ def parse_calibration(data: object, with_ranges: bool = True) -> Calibration:
             raise point.error("m", f"M = {m} appears twice; expected each M once")
         points.append(CurvePoint(m, point.number("ms"), point.string("basis", POINT_BASES, "measured")))
         point.finish()
+    points.sort(key=lambda p: p.m)
+    fit = curve.string("fit", CURVE_FITS, "linear")
+    experts_fit = None
+    if fit == "experts":
+        if model is None:
+            raise curve.error("fit", '"experts" counts distinct experts; expected a `model` section beside it')
+        experts_fit = fit_experts(points, model)
     curve.finish()
 
     anchors = top.child("anchors")
@@ -436,13 +488,36 @@ def parse_calibration(data: object, with_ranges: bool = True) -> Calibration:
 
     return Calibration(
         hardware=Hardware(*gpus),
-        moe_curve=MoeCurve(tp, tuple(sorted(points, key=lambda p: p.m))),
+        moe_curve=MoeCurve(tp, tuple(points), fit, experts_fit),
         anchors=Anchors(ar_tok_s, ddtree),
         native_engine=NativeEngine(overhead_cut),
         stronger_drafter=stronger,
         ranges=ranges,
         domains=domains,
+        model=model,
     )
+
+
+def _parse_model(section: "_Reader | None") -> ModelGeometry | None:
+    """The optional `model` section, checked field by field and across fields."""
+    if section is None:
+        return None
+    counts = {
+        key: section.count(key, low=0 if key in ("dense_layers", "shared_experts") else 1)
+        for key in ModelGeometry._fields[:-1]
+    }
+    model = ModelGeometry(**counts, curve_includes_shared_expert=section.flag("curve_includes_shared_expert", False))
+    if model.dense_layers >= model.layers:
+        raise section.error(
+            "dense_layers", f"{model.dense_layers} leaves no MoE layer of {model.layers}; expected fewer than layers"
+        )
+    if model.experts_per_token > model.routed_experts:
+        raise section.error(
+            "experts_per_token",
+            f"{model.experts_per_token} exceeds routed_experts = {model.routed_experts}; expected at most that",
+        )
+    section.finish()
+    return model
 
 
 # Used when a calibration has no `ranges` section. The shipped calibration.json spells out the same.
@@ -686,16 +761,127 @@ def curve_ms(points: tuple[CurvePoint, ...], m: int) -> tuple[float, bool]:
 
 
 def moe_time(cal: Calibration, m: int) -> MoeTime:
-    """MoE(M) on the target: the reference curve divided by the bandwidth ratio."""
-    reference_ms, extrapolated = curve_ms(cal.moe_curve.points, m)
+    """MoE(M) on the target: the reference curve (or its experts fit) divided by the bandwidth ratio."""
+    curve = cal.moe_curve
+    reference_ms, extrapolated = curve_ms(curve.points, m)
+    if curve.experts_fit and cal.model:
+        reference_ms = curve.experts_fit.t0_ms + curve.experts_fit.t_expert_ms * distinct_experts(cal.model, m)
     if reference_ms <= 0:
-        ms = [p.m for p in cal.moe_curve.points]
+        ms = [p.m for p in curve.points]
         raise CalibrationError(
             "moe_curve.points",
-            f"extrapolating the curve (M = {ms[0]}..{ms[-1]}) to M = {m} gives "
+            f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {curve.fit}) at M = {m} gives "
             f"{reference_ms:.4g} ms; expected a positive time: add a measured point nearer M = {m}",
         )
     return MoeTime(m, reference_ms, reference_ms / bandwidth_ratio(cal), extrapolated)
+
+
+# --- The physical cross-check: bytes the MoE must read ---
+
+
+def distinct_experts(model: ModelGeometry, m: int) -> float:
+    """Expected distinct routed experts one MoE layer touches for M tokens, under uniform routing.
+
+    E * (1 - (1 - k/E)**M): for E = 384, k = 8 it is 8.0 at M = 1, 66.28 at M = 9, 188.23 at M = 32.
+    """
+    e, k = model.routed_experts, model.experts_per_token
+    return e * (1.0 - (1.0 - k / e) ** m)
+
+
+def expert_bytes(model: ModelGeometry) -> float:
+    """Bytes of one routed expert: gate, up and down projections, quantized weights plus their scales.
+
+    3 * 7168 * 2048 * (4 + 16 / 32) / 8 = 24,772,608 bytes for Kimi K2 INT4, group size 32.
+    """
+    bits_per_weight = model.weight_bits + model.scale_bits / model.group_size
+    return 3 * model.hidden_size * model.expert_intermediate_size * bits_per_weight / 8
+
+
+def shared_expert_bytes(model: ModelGeometry) -> float:
+    """Bytes of one shared expert, which stays in 16 bits: 3 * 7168 * 2048 * 2 = 88,080,384 for Kimi K2."""
+    return 3 * model.hidden_size * model.expert_intermediate_size * 16 / 8
+
+
+def moe_bytes_per_gpu(model: ModelGeometry, tp: int, m: int) -> float:
+    """Weight bytes one GPU reads in the MoE of one step: every MoE layer, split over the TP ranks.
+
+    Default M = 9: 60 * 66.3 * 24,772,608 / 8 = 12.32 GB per GPU.
+    """
+    per_layer = distinct_experts(model, m) * expert_bytes(model)
+    if model.curve_includes_shared_expert:
+        per_layer += model.shared_experts * shared_expert_bytes(model)
+    return model.moe_layers * per_layer / tp
+
+
+def read_ms(n_bytes: float, bandwidth_tb_s: float) -> float:
+    """Time to read n_bytes at a bandwidth in TB/s (1e12 bytes/s): 12.32e9 B at 1.8 TB/s = 6.84 ms."""
+    return n_bytes / (bandwidth_tb_s * 1e9)
+
+
+def fit_experts(points: list[CurvePoint], model: ModelGeometry) -> ExpertsFit:
+    """Ordinary least squares of ms = t0 + t_expert * distinct(M) over every curve point.
+
+    Distinct experts flatten as a batch touches nearly all of them, so this
+    reads large M far better than a straight line in M does.
+    """
+    xs = [distinct_experts(model, p.m) for p in points]
+    ys = [p.ms for p in points]
+    x_mean, y_mean = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - x_mean) ** 2 for x in xs)
+    if sxx <= ROUNDING * max(x_mean * x_mean, 1.0):
+        raise CalibrationError(
+            "moe_curve.fit",
+            "every point touches the same number of distinct experts (experts_per_token = routed_experts?); "
+            'expected points the experts fit can tell apart, or fit "linear"',
+        )
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / sxx
+    t0 = y_mean - slope * x_mean
+    residuals = tuple((p.m, p.ms - (t0 + slope * x)) for p, x in zip(points, xs, strict=True))
+    return ExpertsFit(t0, slope, residuals)
+
+
+@functools.cache
+def chain_alpha(accept: float, depth: int) -> float:
+    """The per-token acceptance rate a chain of `depth` drafted tokens needs for a mean accept length.
+
+    Solves (1 - alpha**(depth + 1)) / (1 - alpha) = accept (Leviathan et al., 2023) by
+    bisection; accept = depth + 1 means alpha = 1. Accept 4.4 at depth 8 needs 0.805.
+    """
+    if accept >= depth + 1:
+        return 1.0
+    low, high = 0.0, 1.0  # the expected length rises with alpha from 1 to depth + 1
+    for _ in range(200):
+        alpha = (low + high) / 2
+        if alpha in (low, high):
+            break
+        if sum(alpha**i for i in range(depth + 1)) < accept:
+            low = alpha
+        else:
+            high = alpha
+    return (low + high) / 2
+
+
+class RooflinePoint(NamedTuple):
+    """One curve point against the reference GPU's peak bandwidth."""
+
+    m: int
+    ms: float
+    basis: str
+    distinct_experts: float
+    bytes_per_gpu: float
+    peak_ms: float  # the read at 100% of the reference bandwidth
+    efficiency: float  # peak_ms / ms; above 1 is impossible
+
+
+def roofline(cal: Calibration) -> tuple[RooflinePoint, ...]:
+    model = cal.model
+    assert model is not None
+    rows = []
+    for p in cal.moe_curve.points:
+        n_bytes = moe_bytes_per_gpu(model, cal.moe_curve.tp, p.m)
+        peak_ms = read_ms(n_bytes, cal.hardware.reference.mem_bandwidth_tb_s)
+        rows.append(RooflinePoint(p.m, p.ms, p.basis, distinct_experts(model, p.m), n_bytes, peak_ms, peak_ms / p.ms))
+    return tuple(rows)
 
 
 class Decomposition(NamedTuple):
@@ -786,6 +972,7 @@ class Scenario(NamedTuple):
     budget: int
     m: int
     accept: float
+    chain_alpha: float  # per-token acceptance a chain of depth `block` needs for this accept length
     moe_ms: float
     attn_base_ms: float
     spec_ms: float
@@ -793,6 +980,8 @@ class Scenario(NamedTuple):
     tok_s: float
     moe_extrapolated: bool
     measured: bool  # the scenario is a measurement (the DDTree anchor), not an estimate
+    moe_floor_ms: float | None  # the MoE weight read at 100% of the target's bandwidth (needs `model`)
+    tok_s_ceiling: float | None  # 1000 * accept / moe_floor_ms: nothing but that read left
 
     @property
     def label(self) -> str:
@@ -813,6 +1002,10 @@ def scenario(
     attn_base_ms = kept * drafter.attn_base_scale * dec.attn_base_ms
     spec_ms = kept * drafter.spec_scale * dec.spec_ms
     step_ms = moe.ms + attn_base_ms + spec_ms
+    floor_ms = None
+    if cal.model:
+        n_bytes = moe_bytes_per_gpu(cal.model, cal.moe_curve.tp, moe.m)
+        floor_ms = read_ms(n_bytes, cal.hardware.target.mem_bandwidth_tb_s)
     return Scenario(
         drafter=drafter.name,
         pipeline=pipeline,
@@ -820,6 +1013,7 @@ def scenario(
         budget=drafter.budget,
         m=moe.m,
         accept=accept,
+        chain_alpha=chain_alpha(accept, drafter.block),
         moe_ms=moe.ms,
         attn_base_ms=attn_base_ms,
         spec_ms=spec_ms,
@@ -827,6 +1021,8 @@ def scenario(
         tok_s=1000.0 * accept / step_ms,
         moe_extrapolated=moe.extrapolated,
         measured=drafter.name == "current" and pipeline == "sglang",
+        moe_floor_ms=floor_ms,
+        tok_s_ceiling=1000.0 * accept / floor_ms if floor_ms else None,
     )
 
 
@@ -1280,6 +1476,8 @@ class Report(NamedTuple):
     solve: Solution | None
     sensitivity: Sensitivity | None
     sweep: tuple[SweepPoint, ...] | None
+    roofline: tuple[RooflinePoint, ...] | None  # None without a `model` section
+    warnings: tuple[str, ...]  # physically impossible inputs; printed on stderr, the exit status stays 0
 
 
 def calibration_json(est: Estimate) -> dict[str, object]:
@@ -1300,12 +1498,24 @@ def calibration_json(est: Estimate) -> dict[str, object]:
 
 def report_json(report: Report) -> dict[str, object]:
     est = report.estimate
+    cal = est.calibration
     document: dict[str, object] = {
         "provenance": {**report.provenance._asdict(), "overrides": list(report.provenance.overrides)},
         "calibration": calibration_json(est),
+        "moe_fit": {"kind": cal.moe_curve.fit, **_fit_json(cal.moe_curve.experts_fit)},
         "scenarios": [row._asdict() for row in est.scenarios],
         "break_even": [row._asdict() for row in est.break_even],
+        "roofline": None,
+        "warnings": list(report.warnings),
     }
+    if report.roofline is not None and cal.model:
+        document["roofline"] = {
+            "routing": "uniform",
+            "moe_layers": cal.model.moe_layers,
+            "expert_bytes": expert_bytes(cal.model),
+            "tp": cal.moe_curve.tp,
+            "points": [row._asdict() for row in report.roofline],
+        }
     if report.solve:
         document["solve"] = {**report.solve._asdict(), "other_values": list(report.solve.other_values)}
     if report.sensitivity:
@@ -1324,6 +1534,13 @@ def report_json(report: Report) -> dict[str, object]:
     return document
 
 
+def _fit_json(fit: ExpertsFit | None) -> dict[str, object]:
+    if fit is None:
+        return {}
+    residuals = [{"m": m, "residual_ms": r} for m, r in fit.residuals_ms]
+    return {"t0_ms": fit.t0_ms, "t_expert_ms": fit.t_expert_ms, "residuals": residuals}
+
+
 def render_json(report: Report) -> str:
     # A sweep can hold 80,000 scenario objects: printed compact, which is also the fast path of json.
     indent = None if report.sweep is not None else 2
@@ -1336,8 +1553,11 @@ def _pct(fraction: float) -> str:
 
 def _curve_basis(moe: MoeTime, cal: Calibration) -> str:
     """'curve(9) = 8.85 ms (measured)', or how an unmeasured M was read off the curve."""
-    basis = next((p.basis for p in cal.moe_curve.points if p.m == moe.m), None)
-    how = basis or ("extrapolated" if moe.extrapolated else "interpolated")
+    point = next((p for p in cal.moe_curve.points if p.m == moe.m), None)
+    if cal.moe_curve.experts_fit:
+        how = "experts fit" + (f"; the {point.basis} point is {point.ms:g} ms" if point else "")
+    else:
+        how = point.basis if point else ("extrapolated" if moe.extrapolated else "interpolated")
     return f"curve({moe.m}) = {moe.reference_ms:.4g} ms ({how})"
 
 
@@ -1370,7 +1590,10 @@ def _calibration_rows(est: Estimate) -> list[list[object]]:
 
 
 SCENARIO_HEADERS = ["MoE ms", "ATTN_BASE ms", "SPEC ms", "step ms", "tok/s", "vs AR"]
-NUMERIC_HEADER_WORDS = {"ms", "tok/s", "AR", "accept", "step", "needed", "match", "low", "high", "swing"}
+NUMERIC_HEADER_WORDS = {
+    *("ms", "tok/s", "AR", "accept", "step", "needed", "match", "low", "high", "swing", "alpha", "M"),
+    *("experts", "GPU", "peak", "efficiency", "ceiling"),
+}
 
 
 def _scenario_cells(row: Scenario, ar_tok_s: float) -> list[object]:
@@ -1415,7 +1638,7 @@ class _Tables:
         if self.report.sweep is not None:
             parts.append(self.sweep())
         else:
-            parts += [self.calibration(), self.current(), self.stronger(), self.break_even()]
+            parts += [self.calibration(), self.current(), self.stronger(), self.break_even(), self.physical()]
         if self.report.sensitivity:
             parts.append(self.sensitivity())
         parts.append("\n".join(self.footnotes()))
@@ -1450,7 +1673,15 @@ class _Tables:
             "(the MoE time divides by it)"
         )
         headers = ["figure", "formula", "ms", "share of DDTree step", "basis"]
-        return title + "\n" + self.table(_calibration_rows(self.est), headers)
+        text = title + "\n" + self.table(_calibration_rows(self.est), headers)
+        fit = self.cal.moe_curve.experts_fit
+        if fit:
+            residuals = ", ".join(f"M={m}: {r:+.3f}" for m, r in fit.residuals_ms)
+            text += (
+                f"\nMoE(M) read from the experts fit: curve(M) = {fit.t0_ms:.4g} + {fit.t_expert_ms:.4g} x "
+                f"distinct(M) ms (least squares over the curve; residuals in ms: {residuals})"
+            )
+        return text
 
     def current(self) -> str:
         current = drafters(self.cal)[0]
@@ -1460,16 +1691,21 @@ class _Tables:
             if row.drafter == "current":
                 basis = "measured" if row.measured else f"estimate: overhead cut {100 * cut:g}%"
                 cells = _scenario_cells(row, self.cal.anchors.ar_tok_s)
-                rows.append([PIPELINE_LABELS[row.pipeline], f"{row.accept:g}", *cells, basis])
+                rows.append([PIPELINE_LABELS[row.pipeline], f"{row.accept:g}", f"{row.chain_alpha:.3f}", *cells, basis])
         title = (
             f"Current drafter: block {current.block}, budget {current.budget}, verify batch M = {current.budget + 1}"
         )
-        return title + "\n" + self.table(rows, ["pipeline", "accept", *SCENARIO_HEADERS, "basis"])
+        return title + "\n" + self.table(rows, ["pipeline", "accept", "chain alpha", *SCENARIO_HEADERS, "basis"])
 
     def stronger(self) -> str:
         sd = drafters(self.cal)[1]
         rows = [
-            [f"{row.accept:g}", PIPELINE_LABELS[row.pipeline], *_scenario_cells(row, self.cal.anchors.ar_tok_s)]
+            [
+                f"{row.accept:g}",
+                f"{row.chain_alpha:.3f}",
+                PIPELINE_LABELS[row.pipeline],
+                *_scenario_cells(row, self.cal.anchors.ar_tok_s),
+            ]
             for row in self.est.scenarios
             if row.drafter == "stronger"
         ]
@@ -1477,7 +1713,7 @@ class _Tables:
             f"Stronger drafter: block {sd.block}, budget {sd.budget}, verify batch M = {sd.budget + 1}; "
             f"ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}"
         )
-        return title + "\n" + self.table(rows, ["accept", "pipeline", *SCENARIO_HEADERS])
+        return title + "\n" + self.table(rows, ["accept", "chain alpha", "pipeline", *SCENARIO_HEADERS])
 
     def break_even(self) -> str:
         versus = {"current": "current drafter", "autoregressive": "autoregressive"}
@@ -1487,6 +1723,51 @@ class _Tables:
             rows.append([PIPELINE_LABELS[row.pipeline], versus[row.versus], f"{row.tok_s_to_match:.1f}", needed])
         title = "Break-even: the accept length at which the stronger drafter matches"
         return title + "\n" + self.table(rows, ["pipeline", "versus", "tok/s to match", "accept needed"])
+
+    def physical(self) -> str:
+        model, roof = self.cal.model, self.report.roofline
+        if model is None or roof is None:
+            return "Physical cross-check: left out, the calibration has no `model` section."
+        ref, tgt = self.cal.hardware.reference, self.cal.hardware.target
+        shared = ", shared expert included at 16 bits" if model.curve_includes_shared_expert else ""
+        title = (
+            f"Physical cross-check (uniform routing: each token picks {model.experts_per_token} of "
+            f"{model.routed_experts} experts independently): {model.moe_layers} MoE layers, one routed expert "
+            f"{expert_bytes(model) / 1e6:.2f} MB, TP {self.cal.moe_curve.tp}{shared}"
+        )
+        rows = [
+            [
+                p.m,
+                p.basis,
+                p.ms,
+                f"{p.distinct_experts:.1f}",
+                f"{p.bytes_per_gpu / 1e9:.2f}",
+                p.peak_ms,
+                _pct(p.efficiency),
+            ]
+            for p in roof
+        ]
+        peak = f"ms at {ref.mem_bandwidth_tb_s:g} TB/s peak"
+        headers = ["M", "basis", "curve ms", "distinct experts", "GB per GPU", peak, "efficiency"]
+        floors = [
+            [
+                row.label,
+                row.m,
+                row.moe_floor_ms,
+                row.step_ms,
+                f"{row.tok_s:.0f}",
+                f"{row.tok_s_ceiling:.0f}",
+                _pct(row.tok_s / row.tok_s_ceiling),
+            ]
+            for row in self.est.scenarios
+            if row.moe_floor_ms is not None and row.tok_s_ceiling is not None
+        ]
+        floor_headers = ["scenario", "M", "MoE floor ms", "step ms", "tok/s", "ceiling tok/s", "of ceiling"]
+        floor_title = (
+            f"The floor: the MoE weight read at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s, and the "
+            "tok/s ceiling if everything else took no time"
+        )
+        return f"{title}\n{self.table(rows, headers)}\n\n{floor_title}\n{self.table(floors, floor_headers)}"
 
     def sensitivity(self) -> str:
         sens = self.report.sensitivity
@@ -1548,6 +1829,11 @@ class _Tables:
         notes = []
         if self.report.sweep is None:
             notes.append(f"vs AR: tok/s over the measured autoregressive {cal.anchors.ar_tok_s:g} tok/s.")
+            notes.append(
+                "chain alpha: the per-token acceptance rate a single chain as deep as the block would need for "
+                "that accept length, (1 - a^(block+1)) / (1 - a) = accept (Leviathan et al., 2023); a tree "
+                "verifies several candidates per depth, so it reaches the same accept length with a lower alpha."
+            )
         extrapolated = sorted({row.m for row in scenarios if row.moe_extrapolated})
         if extrapolated:
             notes.append(
@@ -1700,7 +1986,36 @@ def build_report(args: argparse.Namespace) -> Report:
         exc.file = exc.file or label
         raise
     provenance = Provenance(file, digest, __version__, tuple(o.text for o in overrides))
-    return Report(provenance, est, solution, sens, sweep)
+    roof = roofline(cal) if cal.model else None
+    return Report(provenance, est, solution, sens, sweep, roof, physical_warnings(est, roof, sweep))
+
+
+def physical_warnings(
+    est: Estimate, roof: tuple[RooflinePoint, ...] | None, sweep: tuple[SweepPoint, ...] | None
+) -> tuple[str, ...]:
+    """Inputs that ask for more than 100% of a GPU's memory bandwidth."""
+    cal = est.calibration
+    ref, tgt = cal.hardware.reference, cal.hardware.target
+    warnings = [
+        f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB per GPU, "
+        f"which takes at least {p.peak_ms:.3g} ms at {ref.name}'s {ref.mem_bandwidth_tb_s:g} TB/s: "
+        f"{_pct(p.efficiency)} of peak bandwidth is impossible; check the time, the `model` geometry "
+        "or hardware.reference.mem_bandwidth_tb_s"
+        for p in roof or ()
+        if p.efficiency > 1
+    ]
+    seen = set()
+    for values, rows in [((), est.scenarios), *((p.values, p.scenarios) for p in sweep or ())]:
+        for row in rows:
+            if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms and row.label not in seen:
+                seen.add(row.label)
+                at = "".join(f" at {name}={_value_text(v)}" for name, v in values)
+                warnings.append(
+                    f"{row.label}{at}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the MoE "
+                    f"weights alone ({row.moe_floor_ms:.3g} ms at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} "
+                    "TB/s); the inputs are inconsistent: check the curve, the bandwidths and the anchors"
+                )
+    return tuple(warnings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1712,6 +2027,8 @@ def main(argv: list[str] | None = None) -> int:
     except CalibrationError as exc:
         print(f"estimate_b300: {exc}", file=sys.stderr)
         return 2
+    for warning in report.warnings:
+        print(f"estimate_b300: warning: {warning}", file=sys.stderr)
     output = render_json(report) if args.format == "json" else render_tables(report, args.tablefmt)
     try:
         sys.stdout.write(output)

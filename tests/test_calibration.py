@@ -219,7 +219,7 @@ def test_curve_extrapolating_below_zero(capsys: pytest.CaptureFixture[str], writ
     """Points (9, 8.85) and (10, 20): the slope 11.15 ms/token reaches below zero at M = 1."""
     doc = mutated(lambda d: d["moe_curve"].update(points=[{"m": 9, "ms": 8.85}, {"m": 10, "ms": 20}]))
     run = run_main(capsys, "--calibration", str(write_calibration(doc)))
-    assert_clean_error(run, "moe_curve.points", "to M = 1", "expected a positive time")
+    assert_clean_error(run, "moe_curve.points", "at M = 1", "expected a positive time")
 
 
 @pytest.mark.parametrize(
@@ -270,7 +270,11 @@ _odd_values = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     st.lists(
         st.tuples(
@@ -331,3 +335,20 @@ def test_calibration_file_is_never_written(tmp_path: Path) -> None:
     assert run_script("--calibration", str(path), "--format", "json").code == 0
     assert path.read_text() == text and path.stat().st_mtime_ns == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration.json"]
+
+
+@settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.sampled_from(_ALL_PATHS), _odd_values, st.sampled_from([[], ["--sensitivity"], ["--sweep", "a.b=1"]]))
+def test_fuzzed_overrides_succeed_or_fail_cleanly(
+    capsys: pytest.CaptureFixture[str], path: tuple[object, ...], value: object, extra: list[str]
+) -> None:
+    key = eb.format_path(path)  # type: ignore[arg-type]
+    run = run_main(capsys, "--set", f"{key}={json.dumps(value)}", *extra, "--format", "json")
+    if run.code == 0:
+        json.loads(run.out)
+    else:
+        assert_clean_error(run)

@@ -21,6 +21,7 @@ SCENARIO_KEYS = {
     "budget",
     "m",
     "accept",
+    "chain_alpha",
     "moe_ms",
     "attn_base_ms",
     "spec_ms",
@@ -28,6 +29,8 @@ SCENARIO_KEYS = {
     "tok_s",
     "moe_extrapolated",
     "measured",
+    "moe_floor_ms",
+    "tok_s_ceiling",
 }
 
 

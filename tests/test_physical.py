@@ -1,0 +1,251 @@
+"""The physical cross-check: bytes per step, bandwidth efficiency, floors, the experts fit, chain alpha."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import default_doc, default_estimate, run_main
+from hypothesis import given
+from hypothesis import strategies as st
+from test_calibration import assert_clean_error
+
+import estimate_b300 as eb
+
+KIMI = eb.parse_calibration(default_doc()).model
+assert KIMI is not None
+EXPERT_BYTES = 3 * 7168 * 2048 * (4 + 16 / 32) / 8  # = 24,772,608 bytes
+
+
+def bytes_per_gpu(m: int) -> float:
+    """60 MoE layers, TP 8: every distinct routed expert a batch of m tokens touches, in every MoE layer."""
+    return 60 * 384 * (1 - (1 - 8 / 384) ** m) * EXPERT_BYTES / 8
+
+
+# --- Bytes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("m", "distinct"), [(1, 8.0), (9, 66.28), (32, 188.23), (33, 192.31), (256, 382.25)])
+def test_distinct_experts(m: int, distinct: float) -> None:
+    """384 * (1 - (47/48)**m): (47/48)**9 = 0.82739 -> 66.28; (47/48)**32 = 0.50981 -> 188.23."""
+    assert eb.distinct_experts(KIMI, m) == pytest.approx(distinct, abs=0.005)
+
+
+def test_expert_bytes() -> None:
+    assert eb.expert_bytes(KIMI) == 24_772_608
+    assert eb.expert_bytes(KIMI) / 1e6 == pytest.approx(24.8, abs=0.05)
+
+
+def test_shared_expert_bytes_when_the_curve_includes_it() -> None:
+    """The shared expert is read at 16 bits: + 60 * 3 * 7168 * 2048 * 2 / 8 bytes per GPU."""
+    doc = default_doc()
+    doc["model"]["curve_includes_shared_expert"] = True
+    model = eb.parse_calibration(doc).model
+    assert model is not None
+    assert eb.moe_bytes_per_gpu(model, 8, 9) == pytest.approx(bytes_per_gpu(9) + 60 * 3 * 7168 * 2048 * 2 / 8)
+
+
+# --- Efficiency of the measured curve ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("m", "ms", "efficiency"),
+    [
+        (1, 1.15, 1_486_356_480 / 1.8e9 / 1.15),  # 60 * 8 * 24,772,608 / 8 bytes: 0.8258 ms at peak -> 71.8%
+        (9, 8.85, 0.7730),
+        (32, 23.8, 0.8164),
+    ],
+)
+def test_roofline_of_the_default_curve(
+    capsys: pytest.CaptureFixture[str], m: int, ms: float, efficiency: float
+) -> None:
+    doc = run_main(capsys, "--format", "json").json()
+    point = next(p for p in doc["roofline"]["points"] if p["m"] == m)
+    assert point["ms"] == ms
+    assert point["bytes_per_gpu"] == pytest.approx(bytes_per_gpu(m), rel=1e-12)
+    assert point["efficiency"] == pytest.approx(bytes_per_gpu(m) / 1.8e9 / ms, rel=1e-12)
+    assert point["efficiency"] == pytest.approx(efficiency, abs=5e-4)
+    assert 0.70 <= point["efficiency"] <= 0.85  # near the 67-73% reported for the Marlin kernel
+    assert doc["roofline"]["routing"] == "uniform"
+    assert doc["warnings"] == []
+
+
+def test_roofline_labels_measured_and_inferred_points(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys).out
+    section = out[out.index("Physical cross-check") :]
+    assert "uniform routing" in section
+    row_1 = next(line for line in section.splitlines() if line.split()[:2] == ["1", "inferred"])
+    assert row_1.split()[-1] == "71.8%"
+    assert any(line.split()[:2] == ["9", "measured"] and line.endswith("77.3%") for line in section.splitlines())
+
+
+def test_a_point_faster_than_the_bandwidth_allows_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    """M = 9 at 3 ms: reading 12.31 GB at 1.8 TB/s needs 6.84 ms, so 3 ms is 228% of peak."""
+    for fmt in ("table", "json"):
+        run = run_main(capsys, "--set", "moe_curve.points[1].ms=3", "--format", fmt)
+        assert run.code == 0 and run.out
+        assert run.err.startswith("estimate_b300: warning: moe_curve.points: M = 9 (measured, 3 ms)")
+        assert "228.1% of peak bandwidth is impossible" in run.err
+        assert "Traceback" not in run.err
+    warnings = run.json()["warnings"]
+    assert len(warnings) == 1 and "M = 9" in warnings[0]
+
+
+# --- The floor -----------------------------------------------------------------------------
+
+
+def test_floor_and_ceiling() -> None:
+    """Stronger drafter, M = 33: 35.73 GB per GPU at 8 TB/s = 4.466 ms; accept 14 -> 3135 tok/s ceiling."""
+    est = default_estimate()
+    for row in est.scenarios:
+        assert row.moe_floor_ms == pytest.approx(bytes_per_gpu(row.m) / 8e9, rel=1e-12)
+        assert row.tok_s_ceiling == pytest.approx(1000 * row.accept / row.moe_floor_ms, rel=1e-12)
+        assert row.tok_s < row.tok_s_ceiling
+    stronger = next(r for r in est.scenarios if r.label == "stronger/native@14")
+    assert stronger.moe_floor_ms == pytest.approx(4.466, abs=0.001)
+    assert stronger.tok_s_ceiling == pytest.approx(3135, abs=1)
+
+
+def test_an_estimate_faster_than_its_floor_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    """curve(32) = 4 ms reads 35 GB at 486% of the PRO 6000's peak; with a 95% cut the native step
+    (MoE(33) = 1.04 ms plus 5% of the overhead) drops below the 4.47 ms floor on B300."""
+    run = run_main(
+        capsys, "--set", "moe_curve.points[2].ms=4", "--set", "native_engine.overhead_cut=0.95", "--format", "json"
+    )
+    assert run.code == 0
+    floor_warnings = [w for w in run.json()["warnings"] if "shorter than reading the MoE weights alone" in w]
+    assert floor_warnings and floor_warnings[0].startswith("stronger/native@12")
+
+
+def test_floor_warning_names_the_sweep_point(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(
+        capsys,
+        "--set",
+        "moe_curve.points[2].ms=4",
+        "--sweep",
+        "native_engine.overhead_cut=0.2,0.95",
+        "--format",
+        "json",
+    )
+    assert any("at native_engine.overhead_cut=0.95" in w for w in run.json()["warnings"])
+
+
+# --- Without a model section ---------------------------------------------------------------
+
+
+def test_without_model_section(capsys: pytest.CaptureFixture[str], write_calibration: Callable[[object], Path]) -> None:
+    doc = default_doc()
+    del doc["model"]
+    path = str(write_calibration(doc))
+    out = run_main(capsys, "--calibration", path).out
+    assert "Physical cross-check: left out, the calibration has no `model` section." in out
+    assert "MoE floor" not in out
+    without = run_main(capsys, "--calibration", path, "--format", "json").json()
+    assert without["roofline"] is None
+    assert all(s["moe_floor_ms"] is None and s["tok_s_ceiling"] is None for s in without["scenarios"])
+    with_model = run_main(capsys, "--format", "json").json()
+    for a, b in zip(without["scenarios"], with_model["scenarios"], strict=True):
+        assert a["tok_s"] == b["tok_s"]  # the estimate itself does not use the model section
+
+
+BAD_MODELS = [
+    ("experts_per_token", 400, ["model.experts_per_token: 400 exceeds routed_experts = 384"]),
+    ("dense_layers", 61, ["model.dense_layers: 61 leaves no MoE layer of 61"]),
+    ("dense_layers", -1, ["model.dense_layers: got -1", "from 0 to"]),
+    ("weight_bits", 0, ["model.weight_bits: got 0", "from 1 to"]),
+    ("group_size", 32.5, ["model.group_size: got 32.5"]),
+    ("hidden_size", "7168", ['model.hidden_size: got a string "7168"']),
+    ("curve_includes_shared_expert", "no", ['got a string "no"; expected true or false']),
+    ("layer", 61, ["model.layer: unknown key (did you mean model.layers?)"]),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "fragments"), BAD_MODELS)
+def test_bad_model_sections(
+    capsys: pytest.CaptureFixture[str],
+    write_calibration: Callable[[object], Path],
+    key: str,
+    value: object,
+    fragments: list[str],
+) -> None:
+    doc = default_doc()
+    doc["model"][key] = value
+    assert_clean_error(run_main(capsys, "--calibration", str(write_calibration(doc))), *fragments)
+
+
+# --- The experts fit -----------------------------------------------------------------------
+
+
+def test_experts_fit_recovers_exact_data() -> None:
+    """Points made from t0 = 0.5 ms, t_expert = 0.1 ms per distinct expert: the fit returns both."""
+    doc = default_doc()
+    doc["moe_curve"]["fit"] = "experts"
+    doc["moe_curve"]["points"] = [{"m": m, "ms": 0.5 + 0.1 * eb.distinct_experts(KIMI, m)} for m in (1, 9, 32, 64)]
+    fit = eb.parse_calibration(doc).moe_curve.experts_fit
+    assert fit is not None
+    assert fit.t0_ms == pytest.approx(0.5, rel=1e-9)
+    assert fit.t_expert_ms == pytest.approx(0.1, rel=1e-9)
+    assert all(abs(r) < 1e-9 for _, r in fit.residuals_ms)
+
+
+def test_experts_fit_flattens_beyond_the_curve(capsys: pytest.CaptureFixture[str]) -> None:
+    """Budget 64 (M = 65): the straight line keeps rising; the experts fit stays below 2 x MoE(32)."""
+    doc = default_doc()
+    doc["stronger_drafter"]["budget"] = 64
+    linear = eb.parse_calibration(doc)
+    doc["moe_curve"]["fit"] = "experts"
+    experts = eb.parse_calibration(doc)
+    assert eb.moe_time(experts, 65).ms < 2 * eb.moe_time(experts, 32).ms
+    assert eb.moe_time(experts, 65).ms < eb.moe_time(linear, 65).ms
+    assert eb.moe_time(experts, 65).extrapolated and eb.moe_time(linear, 65).extrapolated
+    out = run_main(capsys, "--set", "moe_curve.fit=experts", "--set", "stronger_drafter.budget=64").out
+    assert "MoE(M) read from the experts fit" in out and "M = 65 lies outside" in out
+    fit = run_main(capsys, "--set", "moe_curve.fit=experts", "--format", "json").json()["moe_fit"]
+    assert fit["kind"] == "experts" and [r["m"] for r in fit["residuals"]] == [1, 9, 32]
+
+
+def test_experts_fit_needs_the_model(capsys: pytest.CaptureFixture[str], write_calibration) -> None:  # type: ignore[no-untyped-def]
+    doc = default_doc()
+    del doc["model"]
+    doc["moe_curve"]["fit"] = "experts"
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)))
+    assert_clean_error(run, "moe_curve.fit", "expected a `model` section")
+
+
+def test_experts_fit_needs_points_it_can_tell_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every token routed to all 384 experts: every batch touches all of them, so the fit is singular."""
+    run = run_main(capsys, "--set", "moe_curve.fit=experts", "--set", "model.experts_per_token=384")
+    assert_clean_error(run, "moe_curve.fit", "same number of distinct experts")
+
+
+def test_unknown_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    assert_clean_error(run_main(capsys, "--set", "moe_curve.fit=cubic"), "moe_curve.fit", "one of linear, experts")
+
+
+# --- What an accept length demands of the drafter ------------------------------------------
+
+
+def test_chain_alpha_of_the_defaults() -> None:
+    """Accept 4.4 at block 8: alpha = 0.8 gives (1 - 0.8^9) / 0.2 = 4.33, so a little over 0.8."""
+    assert eb.chain_alpha(4.4, 8) == pytest.approx(0.805, abs=0.001)
+    assert eb.chain_alpha(16, 16) == pytest.approx(0.992, abs=0.001)
+    assert eb.chain_alpha(17, 16) == 1.0
+    assert eb.chain_alpha(1, 16) == pytest.approx(0.0, abs=1e-12)
+    rows = {r.label: r.chain_alpha for r in default_estimate().scenarios}
+    assert rows["current/native@4.4"] == eb.chain_alpha(4.4, 8)
+    assert rows["stronger/native@16"] == eb.chain_alpha(16, 16)
+
+
+@given(st.floats(0.0, 0.999), st.integers(1, 64))
+def test_chain_alpha_round_trips(alpha: float, depth: int) -> None:
+    accept = sum(alpha**i for i in range(depth + 1))
+    assert eb.chain_alpha(accept, depth) == pytest.approx(alpha, abs=1e-9)
+
+
+def test_chain_alpha_is_printed_with_its_footnote(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys).out
+    assert "chain alpha" in out
+    assert "a tree verifies several candidates per depth" in out
+    assert all(math.isfinite(s["chain_alpha"]) for s in run_main(capsys, "--format", "json").json()["scenarios"])
