@@ -76,6 +76,7 @@ ROUNDING = 1e-12
 DRAFTERS = ("current", "stronger")
 PIPELINES = ("sglang", "native")
 PIPELINE_LABELS = {"sglang": "SGLang", "native": "native engine"}
+FORMATS = ("table", "json", "markdown", "csv")
 POINT_BASES = ("measured", "inferred", "assumed")
 CURVE_FITS = ("linear", "experts")
 
@@ -1468,6 +1469,13 @@ class Provenance(NamedTuple):
     overrides: tuple[str, ...]  # --set options in force, as given
 
 
+class Assumption(NamedTuple):
+    path: str
+    value: object
+    source: str  # its `<key>_source`, else the `source` of the nearest object around it
+    group_source: str  # the `source` of its top-level section
+
+
 class Report(NamedTuple):
     """Everything one run computed; the renderers read it and compute nothing new."""
 
@@ -1478,6 +1486,39 @@ class Report(NamedTuple):
     sweep: tuple[SweepPoint, ...] | None
     roofline: tuple[RooflinePoint, ...] | None  # None without a `model` section
     warnings: tuple[str, ...]  # physically impossible inputs; printed on stderr, the exit status stays 0
+    assumptions: tuple[Assumption, ...]  # every input value in force, with its source
+
+
+def assumptions(doc: object) -> tuple[Assumption, ...]:
+    """Every value of a (valid) calibration document with the source that documents it; not the ranges.
+
+    A list of objects (the curve points) gives one entry per object, its fields as compact JSON.
+    """
+    found: list[Assumption] = []
+
+    def source_of(node: dict[str, object], default: str) -> str:
+        value = node.get("source")
+        return value if isinstance(value, str) else default
+
+    def walk(node: object, path: PathSegments, source: str, group: str) -> None:
+        if isinstance(node, dict) and not (path and isinstance(path[-1], int)):
+            source = source_of(node, source)
+            for key, value in node.items():
+                if key in ("source", "note", "schema_version", "ranges") or key.endswith(("_source", "_note")):
+                    continue
+                own = node.get(f"{key}_source")
+                inner = source_of(value, "") if not path and isinstance(value, dict) else group
+                walk(value, (*path, key), own if isinstance(own, str) else source, inner)
+        elif isinstance(node, list) and any(isinstance(item, dict) for item in node):
+            for i, item in enumerate(node):
+                walk(item, (*path, i), source_of(item, source) if isinstance(item, dict) else source, group)
+        else:
+            if isinstance(node, dict):  # an object inside a list: its fields, less the documentation
+                node = {k: v for k, v in node.items() if k not in ("source", "note") and not k.endswith("_source")}
+            found.append(Assumption(format_path(path), node, source, group))
+
+    walk(doc, (), "", "")
+    return tuple(found)
 
 
 def calibration_json(est: Estimate) -> dict[str, object]:
@@ -1612,8 +1653,14 @@ def _value_text(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else json.dumps(value) if not isinstance(value, str) else value
 
 
+class Section(NamedTuple):
+    name: str  # a heading: "Calibration"
+    title: str  # one line saying what the table holds
+    body: str  # a table, and any lines under it
+
+
 class _Tables:
-    """Renders a report as text tables in one tabulate format."""
+    """The report's tables in one tabulate format, as titled sections; text and Markdown both use them."""
 
     def __init__(self, report: Report, tablefmt: str) -> None:
         self.report, self.tablefmt = report, tablefmt
@@ -1631,41 +1678,28 @@ class _Tables:
         )
         return text
 
-    def render(self) -> str:
-        parts = [self.header()]
-        if self.report.solve:
-            parts.append(self.solve())
+    def sections(self) -> list[Section]:
+        parts = [self.solve()] if self.report.solve else []
         if self.report.sweep is not None:
             parts.append(self.sweep())
         else:
-            parts += [self.calibration(), self.current(), self.stronger(), self.break_even(), self.physical()]
+            parts += [self.calibration(), self.current(), self.stronger(), self.break_even(), *self.physical()]
         if self.report.sensitivity:
             parts.append(self.sensitivity())
-        parts.append("\n".join(self.footnotes()))
-        return "\n\n".join(parts) + "\n"
+        return parts
 
-    def header(self) -> str:
-        prov = self.report.provenance
-        overrides = ", ".join(prov.overrides) or "none"
-        return (
-            f"estimate_b300 {prov.tool_version}: Kimi K2.x + DDTree at concurrency 1 on "
-            f"{self.cal.hardware.target.name}\n"
-            f"calibration: {prov.calibration_file} (sha256 {prov.calibration_sha256}); overrides: {overrides}"
-        )
-
-    def solve(self) -> str:
+    def solve(self) -> Section:
         sol = self.report.solve
         assert sol is not None
-        lines = [
+        title = (
             f"Solved: {sol.path} = {sol.value:.6g} (was {sol.previous:g}) brings {sol.scenario} to the observed "
             f"{sol.observed:g} tok/s; {sol.method}. Every figure below uses it."
-        ]
-        if sol.other_values:
-            others = ", ".join(f"{v:.6g}" for v in sol.other_values)
-            lines.append(f"Other values fit too: {others} (the estimate is not monotonic in {sol.path}).")
-        return "\n".join(lines)
+        )
+        others = ", ".join(f"{v:.6g}" for v in sol.other_values)
+        body = f"Other values fit too: {others} (the estimate is not monotonic in {sol.path})." if others else ""
+        return Section("Solved", title, body)
 
-    def calibration(self) -> str:
+    def calibration(self) -> Section:
         ref, tgt = self.cal.hardware.reference, self.cal.hardware.target
         title = (
             f"Calibration: bandwidth ratio {tgt.name} / {ref.name} = {tgt.mem_bandwidth_tb_s:g} / "
@@ -1673,17 +1707,17 @@ class _Tables:
             "(the MoE time divides by it)"
         )
         headers = ["figure", "formula", "ms", "share of DDTree step", "basis"]
-        text = title + "\n" + self.table(_calibration_rows(self.est), headers)
+        body = self.table(_calibration_rows(self.est), headers)
         fit = self.cal.moe_curve.experts_fit
         if fit:
             residuals = ", ".join(f"M={m}: {r:+.3f}" for m, r in fit.residuals_ms)
-            text += (
+            body += (
                 f"\nMoE(M) read from the experts fit: curve(M) = {fit.t0_ms:.4g} + {fit.t_expert_ms:.4g} x "
                 f"distinct(M) ms (least squares over the curve; residuals in ms: {residuals})"
             )
-        return text
+        return Section("Calibration", title, body)
 
-    def current(self) -> str:
+    def current(self) -> Section:
         current = drafters(self.cal)[0]
         cut = self.cal.native_engine.overhead_cut
         rows = []
@@ -1695,9 +1729,13 @@ class _Tables:
         title = (
             f"Current drafter: block {current.block}, budget {current.budget}, verify batch M = {current.budget + 1}"
         )
-        return title + "\n" + self.table(rows, ["pipeline", "accept", "chain alpha", *SCENARIO_HEADERS, "basis"])
+        return Section(
+            "Current drafter",
+            title,
+            self.table(rows, ["pipeline", "accept", "chain alpha", *SCENARIO_HEADERS, "basis"]),
+        )
 
-    def stronger(self) -> str:
+    def stronger(self) -> Section:
         sd = drafters(self.cal)[1]
         rows = [
             [
@@ -1713,21 +1751,31 @@ class _Tables:
             f"Stronger drafter: block {sd.block}, budget {sd.budget}, verify batch M = {sd.budget + 1}; "
             f"ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}"
         )
-        return title + "\n" + self.table(rows, ["accept", "chain alpha", "pipeline", *SCENARIO_HEADERS])
+        return Section(
+            "Stronger drafter", title, self.table(rows, ["accept", "chain alpha", "pipeline", *SCENARIO_HEADERS])
+        )
 
-    def break_even(self) -> str:
+    def break_even(self) -> Section:
         versus = {"current": "current drafter", "autoregressive": "autoregressive"}
         rows = []
         for row in self.est.break_even:
             needed = f"{row.accept:.2f}" if row.accept is not None else f"cannot: {row.reason}"
             rows.append([PIPELINE_LABELS[row.pipeline], versus[row.versus], f"{row.tok_s_to_match:.1f}", needed])
         title = "Break-even: the accept length at which the stronger drafter matches"
-        return title + "\n" + self.table(rows, ["pipeline", "versus", "tok/s to match", "accept needed"])
+        return Section(
+            "Break-even accept", title, self.table(rows, ["pipeline", "versus", "tok/s to match", "accept needed"])
+        )
 
-    def physical(self) -> str:
+    def physical(self) -> list[Section]:
         model, roof = self.cal.model, self.report.roofline
         if model is None or roof is None:
-            return "Physical cross-check: left out, the calibration has no `model` section."
+            return [
+                Section(
+                    "Physical cross-check",
+                    "Physical cross-check: left out, the calibration has no `model` section.",
+                    "",
+                )
+            ]
         ref, tgt = self.cal.hardware.reference, self.cal.hardware.target
         shared = ", shared expert included at 16 bits" if model.curve_includes_shared_expert else ""
         title = (
@@ -1767,9 +1815,12 @@ class _Tables:
             f"The floor: the MoE weight read at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s, and the "
             "tok/s ceiling if everything else took no time"
         )
-        return f"{title}\n{self.table(rows, headers)}\n\n{floor_title}\n{self.table(floors, floor_headers)}"
+        return [
+            Section("Physical cross-check", title, self.table(rows, headers)),
+            Section("The MoE floor", floor_title, self.table(floors, floor_headers)),
+        ]
 
-    def sensitivity(self) -> str:
+    def sensitivity(self) -> Section:
         sens = self.report.sensitivity
         assert sens is not None
         rows = [
@@ -1793,9 +1844,9 @@ class _Tables:
             f"Band: {sens.tok_s_min:.0f} to {sens.tok_s_max:.0f} tok/s over all {sens.combinations} combinations "
             "of the range ends; a what-if range, not a statistical interval."
         )
-        return f"{title}\n{self.table(rows, headers)}\n{band}"
+        return Section("Sensitivity", title, f"{self.table(rows, headers)}\n{band}")
 
-    def sweep(self) -> str:
+    def sweep(self) -> Section:
         points = self.report.sweep or ()
         groups: dict[tuple[str, str], list[str]] = {}  # (drafter, pipeline) -> scenario labels, in order
         for row in (row for point in points for row in point.scenarios):
@@ -1813,14 +1864,13 @@ class _Tables:
                 headers.append(f"@{label.partition('@')[2]}\ntok/s")
         rows = []
         for point in points:
-            cells: list[object] = [_value_text(v) for _, v in point.values] + [None] * (
-                len(headers) - len(point.values)
-            )
+            cells: list[object] = [_value_text(v) for _, v in point.values]
+            cells += [None] * (len(headers) - len(cells))
             for row in point.scenarios:
                 cells[steps[(row.drafter, row.pipeline)]] = f"{row.step_ms:.2f}" + ("*" if row.moe_extrapolated else "")
                 cells[rates[row.label]] = f"{row.tok_s:.0f}"
             rows.append(cells)
-        return f"Sweep: {len(points)} points\n" + self.table(rows, headers)
+        return Section("Sweep", f"Sweep: {len(points)} points", self.table(rows, headers))
 
     def footnotes(self) -> list[str]:
         cal = self.cal
@@ -1838,7 +1888,8 @@ class _Tables:
         if extrapolated:
             notes.append(
                 f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve's "
-                f"M = {ms[0]}..{ms[-1]}; read along the nearest end segment."
+                f"M = {ms[0]}..{ms[-1]}; read along the nearest end segment"
+                + (" of the curve." if cal.moe_curve.fit == "linear" else " range by the experts fit.")
             )
         if self.report.sensitivity:
             for row in self.report.sensitivity.rows:
@@ -1851,8 +1902,385 @@ class _Tables:
         return notes
 
 
-def render_tables(report: Report, tablefmt: str) -> str:
-    return _Tables(report, tablefmt).render()
+def _header_line(report: Report) -> str:
+    """The provenance line every output carries: tool version, calibration file and hash, overrides."""
+    prov = report.provenance
+    overrides = ", ".join(prov.overrides) or "none"
+    return (
+        f"estimate_b300 {prov.tool_version}; calibration {prov.calibration_file} "
+        f"(sha256 {prov.calibration_sha256}); overrides: {overrides}"
+    )
+
+
+def _title(report: Report) -> str:
+    return f"Kimi K2.x + DDTree at concurrency 1 on {report.estimate.calibration.hardware.target.name}"
+
+
+# --- The breakdown chart ---
+
+CHART_FILLS = {False: ("\u2588", "\u2592", "\u2591"), True: ("#", "=", ".")}  # MoE, ATTN_BASE, SPEC
+CHART_PARTS = ("MoE", "ATTN_BASE", "SPEC")
+
+
+def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: bool) -> str:
+    """One stacked bar per scenario, all on one time scale, fitting in `columns`.
+
+    Segment ends are rounded on the running total, so each bar is as long as
+    its whole step: with 38 columns for 20.88 ms, MoE 5.50 ms ends at column 10.
+    """
+    fills = CHART_FILLS[ascii_only]
+    labels = [row.label for row in scenarios]
+    steps, rates = [f"{row.step_ms:.2f}" for row in scenarios], [f"{row.tok_s:.0f}" for row in scenarios]
+    step_width, rate_width = max(map(len, steps)), max(map(len, rates))
+    ends = [f"{step:>{step_width}} ms {rate:>{rate_width}} tok/s" for step, rate in zip(steps, rates, strict=True)]
+    label_width, end_width = max(map(len, labels)), max(map(len, ends))
+    bar_width = max(columns - label_width - end_width - 3, 10)
+    ms_per_column = max(row.step_ms for row in scenarios) / bar_width
+    legend = "  ".join(f"{fill} {part}" for fill, part in zip(fills, CHART_PARTS, strict=True))
+    lines = [f"Step time breakdown, all bars on one scale: 1 column = {ms_per_column:.3f} ms", legend]
+    for label, end, row in zip(labels, ends, scenarios, strict=True):
+        bar, done, total = "", 0, 0.0
+        for fill, part_ms in zip(fills, (row.moe_ms, row.attn_base_ms, row.spec_ms), strict=True):
+            total += part_ms
+            upto = round(total / ms_per_column)
+            bar += fill * (upto - done)
+            done = upto
+        lines.append(f"{label:<{label_width}} {bar:<{bar_width}} {end:>{end_width}}")
+    return "\n".join(lines)
+
+
+def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
+    """The breakdown as a Mermaid xychart for GitHub.
+
+    Mermaid draws a chart's bar series over one another rather than stacked,
+    so the series are running totals, longest first: step, MoE + ATTN_BASE, MoE.
+    """
+    labels = ", ".join(f'"{row.label}"' for row in scenarios)
+    top = math.ceil(max(row.step_ms for row in scenarios))
+    series = [
+        ("step = MoE + ATTN_BASE + SPEC", [row.step_ms for row in scenarios]),
+        ("MoE + ATTN_BASE", [row.moe_ms + row.attn_base_ms for row in scenarios]),
+        ("MoE", [row.moe_ms for row in scenarios]),
+    ]
+    lines = [
+        "```mermaid",
+        "xychart-beta horizontal",
+        '    title "Step time per scenario (ms)"',
+        f"    x-axis [{labels}]",
+        f'    y-axis "ms" 0 --> {top}',
+        *(f'    bar "{name}" [{", ".join(f"{v:.2f}" for v in values)}]' for name, values in series),
+        "```",
+    ]
+    return "\n".join(lines)
+
+
+# --- Text, Markdown, CSV, --explain ---
+
+
+def render_tables(report: Report, tablefmt: str, chart_columns: int = 80, ascii_only: bool = False) -> str:
+    tables = _Tables(report, tablefmt)
+    parts = [f"{_header_line(report)}\n{_title(report)}"]
+    parts += [f"{s.title}\n{s.body}".rstrip("\n") for s in tables.sections()]
+    if chart_columns and report.sweep is None:
+        parts.append(breakdown_chart(report.estimate.scenarios, chart_columns, ascii_only))
+    parts.append("\n".join(tables.footnotes()))
+    return "\n\n".join(parts) + "\n"
+
+
+def render_markdown(report: Report) -> str:
+    """A document to paste into design notes: GitHub tables, a Mermaid chart, assumptions and notes."""
+    tables = _Tables(report, "github")
+    parts = [f"_{_header_line(report)}_", f"## {_title(report)}"]
+    for section in tables.sections():
+        parts += [f"### {section.name}", section.title]
+        if section.body:
+            parts.append(section.body)
+    if report.sweep is None:
+        legend = "Bars drawn over one another: the longest is the whole step; MoE + ATTN_BASE and MoE lie on top."
+        parts += ["### Step-time breakdown", mermaid_chart(report.estimate.scenarios), legend]
+    notes = [note.replace("* ", "\\* ", 1) if note.startswith("* ") else note for note in tables.footnotes()]
+    parts += ["### Assumptions", _assumption_list(report.assumptions), "### Notes"]
+    parts.append("\n".join(f"- {note}" for note in notes))
+    return "\n\n".join(parts) + "\n"
+
+
+def _assumption_list(items: Sequence[Assumption]) -> str:
+    """A Markdown list grouped by calibration section: the section's source once, a value's own beside it."""
+    lines, group = [], None
+    for item in items:
+        top, _, rest = item.path.partition(".")
+        if top != group:
+            group = top
+            lines.append(f"- `{top}`" + (f": {item.group_source}" if item.group_source else ""))
+        own = f": {item.source}" if item.source and item.source != item.group_source else ""
+        lines.append(f"  - `{rest or top}` = {_value_text(item.value)}{own}")
+    return "\n".join(lines)
+
+
+def render_csv(report: Report) -> str:
+    """One row per scenario (per sweep point when sweeping) with provenance columns; nothing but the table."""
+    import csv
+    import io
+
+    prov = report.provenance
+    provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides)]
+    points = report.sweep if report.sweep is not None else (SweepPoint((), report.estimate.scenarios),)
+    swept = [name for name, _ in points[0].values] if points else []
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*swept, *Scenario._fields, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
+    for point in points:
+        values = [_value_text(v) for _, v in point.values]
+        for row in point.scenarios:
+            writer.writerow([*values, *(_csv_cell(v) for v in row), *provenance])
+    return out.getvalue()
+
+
+def _csv_cell(value: object) -> object:
+    """Numbers at full precision (repr), booleans as true/false, missing values empty."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else value
+
+
+def render_explain(report: Report) -> str:
+    """The derivation in the order it is computed: name = formula = numbers = result, one figure a line.
+
+    Results are rounded as the tables round them, so every table figure can be
+    found here and checked with a pocket calculator from the lines above it.
+    """
+    est = report.estimate
+    cal, dec = est.calibration, est.decomposition
+    ref, tgt, dd, sd = cal.hardware.reference, cal.hardware.target, cal.anchors.ddtree, cal.stronger_drafter
+    out = [_header_line(report), _title(report), "", "Inputs (calibration; see --format markdown for sources)"]
+
+    def say(name: str, formula: str, numbers: str, result: str) -> None:
+        out.append(f"  {name} = {formula} = {numbers} = {result}")
+
+    out += [
+        f"  reference bandwidth = {ref.mem_bandwidth_tb_s:g} TB/s ({ref.name}); "
+        f"target bandwidth = {tgt.mem_bandwidth_tb_s:g} TB/s ({tgt.name})",
+        *(
+            f"  curve({p.m}) = {p.ms:g} ms ({p.basis}, on the reference GPU, TP {cal.moe_curve.tp})"
+            for p in cal.moe_curve.points
+        ),
+        f"  ar_tok_s = {cal.anchors.ar_tok_s:g} tok/s (measured)",
+        f"  DDTree anchor: block {dd.block}, budget {dd.budget}, verify batch M = {dd.budget + 1}, "
+        f"accept {dd.accept:g}, {dd.tok_s:g} tok/s (measured)",
+        f"  overhead_cut = {cal.native_engine.overhead_cut:g} ({100 * cal.native_engine.overhead_cut:g}%), "
+        f"kept = 1 - overhead_cut = {1 - cal.native_engine.overhead_cut:g} on the native engine, 1 on SGLang",
+        f"  stronger drafter: block {sd.block}, budget {sd.budget}, verify batch M = {sd.budget + 1}, "
+        f"accept {', '.join(f'{a:g}' for a in sd.accept)}; "
+        f"ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}",
+    ]
+    if report.solve:
+        sol = report.solve
+        out.append(
+            f"  {sol.path} = {sol.value:.6g}: solved so that {sol.scenario} = {sol.observed:g} tok/s ({sol.method})"
+        )
+    out += ["", "Calibration"]
+    ratio = dec.bandwidth_ratio
+    say(
+        "bandwidth ratio",
+        "target / reference",
+        f"{tgt.mem_bandwidth_tb_s:g} / {ref.mem_bandwidth_tb_s:g}",
+        f"{ratio:.3f}x",
+    )
+    say("AR step", "1000 / ar_tok_s", f"1000 / {cal.anchors.ar_tok_s:g}", f"{dec.ar_step_ms:.2f} ms")
+    out += _explain_moe(cal, dec.moe_ar)
+    say(
+        "ATTN_BASE",
+        f"AR step - MoE({dec.moe_ar.m})",
+        f"{dec.ar_step_ms:.3f} - {dec.moe_ar.ms:.3f}",
+        f"{dec.attn_base_ms:.2f} ms",
+    )
+    say("DDTree step", "1000 * accept / tok_s", f"1000 * {dd.accept:g} / {dd.tok_s:g}", f"{dec.ddtree_step_ms:.2f} ms")
+    mm = dec.moe_ddtree.m
+    out += _explain_moe(cal, dec.moe_ddtree)
+    say(
+        "SPEC",
+        f"DDTree step - MoE({mm}) - ATTN_BASE",
+        f"{dec.ddtree_step_ms:.3f} - {dec.moe_ddtree.ms:.3f} - {dec.attn_base_ms:.3f}",
+        f"{dec.spec_ms:.2f} ms",
+    )
+    say("overhead", "ATTN_BASE + SPEC", f"{dec.attn_base_ms:.3f} + {dec.spec_ms:.3f}", f"{dec.overhead_ms:.2f} ms")
+    for name, ms in (
+        (f"MoE({mm})", dec.moe_ddtree.ms),
+        ("ATTN_BASE", dec.attn_base_ms),
+        ("SPEC", dec.spec_ms),
+        ("overhead", dec.overhead_ms),
+    ):
+        say(
+            f"share of {name}",
+            f"{name} / DDTree step",
+            f"{ms:.3f} / {dec.ddtree_step_ms:.3f}",
+            _pct(ms / dec.ddtree_step_ms),
+        )
+
+    drafter_of = dict(zip(DRAFTERS, drafters(cal), strict=True))
+    for row in est.scenarios:
+        drafter = drafter_of[row.drafter]
+        kept = _kept(cal, row.pipeline)
+        out += [
+            "",
+            f"Scenario {row.label} ({PIPELINE_LABELS[row.pipeline]}; "
+            f"block {row.block}, budget {row.budget}, M = {row.m})",
+        ]
+        out += _explain_moe(cal, moe_time(cal, row.m))
+        say(
+            "ATTN_BASE part",
+            "kept * a * ATTN_BASE",
+            f"{kept:g} * {drafter.attn_base_scale:g} * {dec.attn_base_ms:.3f}",
+            f"{row.attn_base_ms:.2f} ms",
+        )
+        say(
+            "SPEC part",
+            "kept * s * SPEC",
+            f"{kept:g} * {drafter.spec_scale:g} * {dec.spec_ms:.3f}",
+            f"{row.spec_ms:.2f} ms",
+        )
+        say(
+            "step",
+            "MoE + ATTN_BASE part + SPEC part",
+            f"{row.moe_ms:.3f} + {row.attn_base_ms:.3f} + {row.spec_ms:.3f}",
+            f"{row.step_ms:.2f} ms",
+        )
+        say("tok/s", "1000 * accept / step", f"1000 * {row.accept:g} / {row.step_ms:.3f}", f"{row.tok_s:.0f} tok/s")
+        say(
+            "vs AR",
+            "tok/s / ar_tok_s",
+            f"{row.tok_s:.1f} / {cal.anchors.ar_tok_s:g}",
+            f"{row.tok_s / cal.anchors.ar_tok_s:.2f}x",
+        )
+        out.append(
+            f"  chain alpha = the a solving (1 - a^{row.block + 1}) / (1 - a) = {row.accept:g}: {row.chain_alpha:.3f}"
+        )
+        if cal.model and row.moe_floor_ms is not None and row.tok_s_ceiling is not None:
+            n_bytes = moe_bytes_per_gpu(cal.model, cal.moe_curve.tp, row.m)
+            say(
+                "MoE floor",
+                f"bytes per GPU({row.m}) / target bandwidth",
+                f"{n_bytes / 1e9:.3f} GB / {tgt.mem_bandwidth_tb_s:g} TB/s",
+                f"{row.moe_floor_ms:.2f} ms",
+            )
+            say(
+                "ceiling",
+                "1000 * accept / MoE floor",
+                f"1000 * {row.accept:g} / {row.moe_floor_ms:.3f}",
+                f"{row.tok_s_ceiling:.0f} tok/s",
+            )
+            say(
+                "of ceiling",
+                "tok/s / ceiling",
+                f"{row.tok_s:.1f} / {row.tok_s_ceiling:.1f}",
+                _pct(row.tok_s / row.tok_s_ceiling),
+            )
+
+    out += ["", "Break-even accept of the stronger drafter (its step does not depend on accept)"]
+    stronger = drafter_of["stronger"]
+    for be in est.break_even:
+        step = scenario(cal, dec, stronger, be.pipeline, 1.0).step_ms
+        if be.versus == "autoregressive":
+            kept = _kept(cal, be.pipeline)
+            say(
+                f"{PIPELINE_LABELS[be.pipeline]} autoregressive",
+                "1000 / (MoE(1) + kept * ATTN_BASE)",
+                f"1000 / ({dec.moe_ar.ms:.3f} + {kept:g} * {dec.attn_base_ms:.3f})",
+                f"{be.tok_s_to_match:.1f} tok/s",
+            )
+        else:
+            say(
+                f"{PIPELINE_LABELS[be.pipeline]} current drafter",
+                "its tok/s (above)",
+                f"{be.tok_s_to_match:.3f}",
+                f"{be.tok_s_to_match:.1f} tok/s",
+            )
+        needed = f"{be.accept:.2f}" if be.accept is not None else f"none: {be.reason}"
+        say(
+            f"{PIPELINE_LABELS[be.pipeline]} accept to match {be.versus}",
+            "tok/s to match * stronger step / 1000",
+            f"{be.tok_s_to_match:.3f} * {step:.3f} / 1000",
+            needed,
+        )
+
+    if cal.model and report.roofline:
+        model = cal.model
+        out += [
+            "",
+            f"Physical cross-check (uniform routing), "
+            f"{model.moe_layers} MoE layers = {model.layers} - {model.dense_layers}",
+        ]
+        say(
+            "expert bytes",
+            "3 * hidden * intermediate * (weight_bits + scale_bits / group_size) / 8",
+            f"3 * {model.hidden_size} * {model.expert_intermediate_size} * ({model.weight_bits} + "
+            f"{model.scale_bits} / {model.group_size}) / 8",
+            f"{expert_bytes(model) / 1e6:.2f} MB",
+        )
+        e, k = model.routed_experts, model.experts_per_token
+        for p in report.roofline:
+            say(
+                f"distinct experts({p.m})",
+                "E * (1 - (1 - k/E)^M)",
+                f"{e} * (1 - (1 - {k}/{e})^{p.m})",
+                f"{p.distinct_experts:.1f}",
+            )
+            say(
+                f"bytes per GPU({p.m})",
+                "MoE layers * distinct * expert bytes / TP"
+                + (" + shared" if model.curve_includes_shared_expert else ""),
+                f"{model.moe_layers} * {p.distinct_experts:.2f} * {expert_bytes(model) / 1e6:.2f} MB "
+                f"/ {cal.moe_curve.tp}",
+                f"{p.bytes_per_gpu / 1e9:.2f} GB",
+            )
+            say(
+                f"peak read({p.m})",
+                "bytes per GPU / reference bandwidth",
+                f"{p.bytes_per_gpu / 1e9:.3f} GB / {ref.mem_bandwidth_tb_s:g} TB/s",
+                f"{p.peak_ms:.2f} ms",
+            )
+            say(f"efficiency({p.m})", "peak read / curve", f"{p.peak_ms:.3f} / {p.ms:g}", _pct(p.efficiency))
+
+    if report.sensitivity:
+        sens = report.sensitivity
+        out += ["", f"Sensitivity of {sens.scenario}: {sens.tok_s:.0f} tok/s as in force; each line re-estimates it"]
+        for r in sens.rows:
+            out.append(
+                f"  {r.path}: {r.value:g} in force, range {r.low:g} - {r.high:g}; at {r.low:g}: "
+                f"{r.tok_s_at_low:.0f} tok/s, at {r.high:g}: {r.tok_s_at_high:.0f} tok/s; swing "
+                f"|{r.tok_s_at_high:.1f} - {r.tok_s_at_low:.1f}| = {r.swing:.0f}"
+            )
+        out.append(
+            f"  band over all {sens.combinations} combinations of range ends: {sens.tok_s_min:.0f} to "
+            f"{sens.tok_s_max:.0f} tok/s"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _explain_moe(cal: Calibration, moe: MoeTime) -> list[str]:
+    """How MoE(M) is read: the curve point, the segment it lies on, or the experts fit; then the ratio."""
+    points, m = cal.moe_curve.points, moe.m
+    fit = cal.moe_curve.experts_fit
+    ratio = bandwidth_ratio(cal)
+    lines = []
+    if fit and cal.model:
+        distinct = distinct_experts(cal.model, m)
+        lines.append(
+            f"  curve({m}) = t0 + t_expert * distinct({m}) = {fit.t0_ms:.4g} + {fit.t_expert_ms:.4g} * "
+            f"{distinct:.2f} = {moe.reference_ms:.3f} ms (experts fit)"
+        )
+    elif not any(p.m == m for p in points):
+        lo, hi = (points[0], points[1]) if m < points[0].m else (points[-2], points[-1])
+        if points[0].m < m < points[-1].m:
+            i = next(i for i, p in enumerate(points) if p.m > m)
+            lo, hi = points[i - 1], points[i]
+        how = "extrapolated" if moe.extrapolated else "interpolated"
+        lines.append(
+            f"  curve({m}) = curve({lo.m}) + ({m} - {lo.m}) * (curve({hi.m}) - curve({lo.m})) / ({hi.m} - {lo.m}) = "
+            f"{lo.ms:g} + {m - lo.m} * {(hi.ms - lo.ms) / (hi.m - lo.m):.4g} = {moe.reference_ms:.3f} ms ({how})"
+        )
+    lines.append(f"  MoE({m}) = curve({m}) / bandwidth ratio = {moe.reference_ms:.4g} / {ratio:.3f} = {moe.ms:.2f} ms")
+    return lines
 
 
 # === Command line ===
@@ -1883,8 +2311,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("--calibration", metavar="PATH", help="calibration JSON to read (default: the one shipped beside the tool)")
-    add("--format", choices=("table", "json"), default="table", help="tables for people, or one JSON object")
-    add("--tablefmt", default="simple", metavar="NAME", help="any tabulate format, e.g. github for Markdown tables")
+    add(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="tables for a terminal, one JSON object, a Markdown document for notes, or CSV rows",
+    )
+    add("--tablefmt", default="simple", metavar="NAME", help="any tabulate format for the tables, e.g. github")
+    show = parser.add_argument_group("showing the work")
+    show.add_argument("--explain", action="store_true", help="print the derivation, one figure a line, not the tables")
+    show.add_argument("--no-chart", action="store_true", help="leave out the step-time breakdown chart")
+    show.add_argument(
+        "--ascii", action="store_true", help="plain ASCII output (automatic when stdout cannot take Unicode)"
+    )
     what_if = parser.add_argument_group("what-if analysis")
     what_if.add_argument(
         "--set",
@@ -1927,12 +2366,16 @@ def _check_usage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> N
         parser.error("--solve and --sweep cannot be combined: solve first, then --set the value and sweep")
     if args.scenario and not args.sensitivity:
         parser.error("--scenario chooses what --sensitivity studies; add --sensitivity")
-    if args.format == "table":
+    if args.explain and (args.format != "table" or args.sweep):
+        parser.error("--explain prints one estimate's derivation in place of the tables: no --sweep, --format table")
+    if args.format == "table" and not args.explain:
         import tabulate
 
         if args.tablefmt not in tabulate.tabulate_formats:
             formats = ", ".join(tabulate.tabulate_formats)
             parser.error(f"--tablefmt: unknown format {args.tablefmt!r}; choose from {formats}")
+        if args.ascii and not tabulate.tabulate([["x"]], tablefmt=args.tablefmt).isascii():
+            parser.error(f"--ascii: --tablefmt {args.tablefmt} draws with Unicode; choose an ASCII format")
 
 
 def _sha256_hex(data: bytes) -> str:
@@ -1987,7 +2430,8 @@ def build_report(args: argparse.Namespace) -> Report:
         raise
     provenance = Provenance(file, digest, __version__, tuple(o.text for o in overrides))
     roof = roofline(cal) if cal.model else None
-    return Report(provenance, est, solution, sens, sweep, roof, physical_warnings(est, roof, sweep))
+    warnings = physical_warnings(est, roof, sweep)
+    return Report(provenance, est, solution, sens, sweep, roof, warnings, assumptions(doc))
 
 
 def physical_warnings(
@@ -2018,6 +2462,34 @@ def physical_warnings(
     return tuple(warnings)
 
 
+def render(report: Report, args: argparse.Namespace, ascii_only: bool) -> str:
+    if args.explain:
+        return render_explain(report)
+    if args.format == "json":
+        return render_json(report)
+    if args.format == "markdown":
+        return render_markdown(report)
+    if args.format == "csv":
+        return render_csv(report)
+    return render_tables(report, args.tablefmt, 0 if args.no_chart else chart_columns(), ascii_only)
+
+
+def chart_columns() -> int:
+    """$COLUMNS when it is set to a sensible width, else 80: the chart's width does not follow the terminal."""
+    try:
+        return max(int(os.environ["COLUMNS"]), 60)
+    except (KeyError, ValueError):
+        return 80
+
+
+def _can_print(text: str) -> bool:
+    try:
+        text.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -2029,7 +2501,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for warning in report.warnings:
         print(f"estimate_b300: warning: {warning}", file=sys.stderr)
-    output = render_json(report) if args.format == "json" else render_tables(report, args.tablefmt)
+    ascii_only = args.ascii or not _can_print("".join(CHART_FILLS[False]))
+    output = render(report, args, ascii_only)
+    if ascii_only:
+        output = output.encode("ascii", "replace").decode("ascii")  # names from the calibration, say
     try:
         sys.stdout.write(output)
         sys.stdout.flush()
