@@ -1787,7 +1787,7 @@ class _Tables:
             [
                 p.m,
                 p.basis,
-                p.ms,
+                f"{p.ms:g}",
                 f"{p.distinct_experts:.1f}",
                 f"{p.bytes_per_gpu / 1e9:.2f}",
                 p.peak_ms,
@@ -1937,7 +1937,7 @@ def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: boo
     bar_width = max(columns - label_width - end_width - 3, 10)
     ms_per_column = max(row.step_ms for row in scenarios) / bar_width
     legend = "  ".join(f"{fill} {part}" for fill, part in zip(fills, CHART_PARTS, strict=True))
-    lines = [f"Step time breakdown, all bars on one scale: 1 column = {ms_per_column:.3f} ms", legend]
+    lines = [f"Step time breakdown: 1 column = {ms_per_column:.3f} ms", f"{legend}  (one scale for all bars)"]
     for label, end, row in zip(labels, ends, scenarios, strict=True):
         bar, done, total = "", 0, 0.0
         for fill, part_ms in zip(fills, (row.moe_ms, row.attn_base_ms, row.spec_ms), strict=True):
@@ -2078,6 +2078,13 @@ def render_explain(report: Report) -> str:
         out.append(
             f"  {sol.path} = {sol.value:.6g}: solved so that {sol.scenario} = {sol.observed:g} tok/s ({sol.method})"
         )
+    fit = cal.moe_curve.experts_fit
+    if fit and cal.model:
+        out += ["", "Experts fit of the curve: least squares of curve(M) = t0 + t_expert * distinct(M)"]
+        out.append(f"  t0 = {fit.t0_ms:.4g} ms, t_expert = {fit.t_expert_ms:.4g} ms per distinct expert")
+        for (m, residual), point in zip(fit.residuals_ms, cal.moe_curve.points, strict=True):
+            fitted = point.ms - residual
+            say(f"residual({m})", f"curve({m}) - fit({m})", f"{point.ms:g} - {fitted:.3f}", f"{residual:+.3f} ms")
     out += ["", "Calibration"]
     ratio = dec.bandwidth_ratio
     say(
@@ -2104,6 +2111,12 @@ def render_explain(report: Report) -> str:
         f"{dec.spec_ms:.2f} ms",
     )
     say("overhead", "ATTN_BASE + SPEC", f"{dec.attn_base_ms:.3f} + {dec.spec_ms:.3f}", f"{dec.overhead_ms:.2f} ms")
+    say(
+        "share of DDTree step",
+        "DDTree step / DDTree step",
+        f"{dec.ddtree_step_ms:.3f} / {dec.ddtree_step_ms:.3f}",
+        _pct(1.0),
+    )
     for name, ms in (
         (f"MoE({mm})", dec.moe_ddtree.ms),
         ("ATTN_BASE", dec.attn_base_ms),
@@ -2153,13 +2166,14 @@ def render_explain(report: Report) -> str:
             f"{row.tok_s / cal.anchors.ar_tok_s:.2f}x",
         )
         out.append(
-            f"  chain alpha = the a solving (1 - a^{row.block + 1}) / (1 - a) = {row.accept:g}: {row.chain_alpha:.3f}"
+            f"  chain alpha = the a solving (1 - a^{row.block + 1}) / (1 - a) = {row.accept:g} "
+            f"(Leviathan et al., 2023): {row.chain_alpha:.3f}"
         )
         if cal.model and row.moe_floor_ms is not None and row.tok_s_ceiling is not None:
             n_bytes = moe_bytes_per_gpu(cal.model, cal.moe_curve.tp, row.m)
             say(
                 "MoE floor",
-                f"bytes per GPU({row.m}) / target bandwidth",
+                f"bytes per GPU({row.m}) / target bandwidth at 100%",
                 f"{n_bytes / 1e9:.3f} GB / {tgt.mem_bandwidth_tb_s:g} TB/s",
                 f"{row.moe_floor_ms:.2f} ms",
             )
@@ -2246,7 +2260,7 @@ def render_explain(report: Report) -> str:
         out += ["", f"Sensitivity of {sens.scenario}: {sens.tok_s:.0f} tok/s as in force; each line re-estimates it"]
         for r in sens.rows:
             out.append(
-                f"  {r.path}: {r.value:g} in force, range {r.low:g} - {r.high:g}; at {r.low:g}: "
+                f"  {r.path}: {r.value:g} in force, range {r.low:g} - {r.high:g} ({r.source}); at {r.low:g}: "
                 f"{r.tok_s_at_low:.0f} tok/s, at {r.high:g}: {r.tok_s_at_high:.0f} tok/s; swing "
                 f"|{r.tok_s_at_high:.1f} - {r.tok_s_at_low:.1f}| = {r.swing:.0f}"
             )

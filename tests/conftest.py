@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -56,10 +57,11 @@ def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
     return Run(code, captured.out, captured.err)
 
 
-def run_script(*argv: str, cwd: Path = ROOT, exe: list[str] | None = None) -> Run:
+def run_script(*argv: str, cwd: Path = ROOT, exe: list[str] | None = None, env: dict[str, str] | None = None) -> Run:
     """The tool as a user runs it: a separate process."""
     cmd = (exe or [sys.executable, str(SCRIPT)]) + list(argv)
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | (env or {})  # the chart is 80 wide by default
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=60, env=env)
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 

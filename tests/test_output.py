@@ -1,0 +1,211 @@
+"""Showing the work: the breakdown chart, Markdown, CSV, --explain, provenance and reproducibility."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+from conftest import DEFAULT_CALIBRATION, ROOT, default_estimate, run_main, run_script
+
+import estimate_b300 as eb
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.fixture(autouse=True)
+def _fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Golden text is made at 80 columns from the project root."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.chdir(ROOT)
+
+
+# --- The breakdown chart -------------------------------------------------------------------
+
+
+def test_chart_golden_unicode_and_ascii() -> None:
+    """1 column = 20.884 ms / 40 = 0.522 ms. current/sglang: MoE 1.99 ms ends at round(3.81) = 4,
+    MoE + ATTN_BASE 9.25 ms at round(17.7) = 18, the whole 14.52 ms step at round(27.8) = 28."""
+    scenarios = default_estimate().scenarios
+    assert eb.breakdown_chart(scenarios, 80, False) + "\n" == (GOLDEN / "chart_unicode.txt").read_text()
+    ascii_chart = eb.breakdown_chart(scenarios, 80, True)
+    assert ascii_chart + "\n" == (GOLDEN / "chart_ascii.txt").read_text()
+    first_bar = ascii_chart.splitlines()[2]
+    assert first_bar.startswith("current/sglang@4.4 " + "#" * 4 + "=" * 14 + "." * 10 + " ")
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100, 132])
+def test_chart_fits_the_width(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = run_main(capsys).out
+    chart = out[out.index("Step time breakdown") :].split("\n\n")[0].splitlines()
+    assert len(chart) == 10
+    assert max(map(len, chart)) <= columns
+    assert max(map(len, chart)) >= columns - 2  # and uses the room it has
+
+
+def test_chart_is_on_one_scale(capsys: pytest.CaptureFixture[str]) -> None:
+    """The bar of the longest step fills the bar area; a step half as long fills about half."""
+    chart = eb.breakdown_chart(default_estimate().scenarios, 80, True).splitlines()[2:]
+    bars = {line.split()[0]: len(line.split()[1]) for line in chart}
+    assert bars["stronger/sglang@12"] == 40
+    assert bars["current/native@4.4"] == round(9.509 / (20.884 / 40))
+
+
+def test_no_chart(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "Step time breakdown" in run_main(capsys).out
+    assert "Step time breakdown" not in run_main(capsys, "--no-chart").out
+
+
+def test_ascii_output_is_plain_ascii(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys, "--ascii", "--sensitivity", "--set", "hardware.target.name=B300\u00e9").out
+    assert out.isascii()
+    assert "# MoE  = ATTN_BASE  . SPEC" in out
+    assert "on B300?" in out  # a name the calibration spells in Unicode
+
+
+def test_unicode_is_dropped_when_stdout_cannot_encode_it() -> None:
+    run = run_script(env={"PYTHONIOENCODING": "ascii"})
+    assert run.code == 0, run.err
+    assert run.out.isascii() and "# MoE" in run.out
+    assert "\u2588" in run_script(env={"PYTHONIOENCODING": "utf-8"}).out
+
+
+def test_ascii_refuses_a_unicode_table_format(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--ascii", "--tablefmt", "fancy_grid")
+    assert run.code == 2 and run.out == "" and "--tablefmt fancy_grid draws with Unicode" in run.err
+    assert run_main(capsys, "--ascii", "--tablefmt", "github").out.isascii()
+
+
+# --- Markdown ------------------------------------------------------------------------------
+
+
+def test_markdown_golden(capsys: pytest.CaptureFixture[str]) -> None:
+    """Regenerate after a deliberate change: python estimate_b300.py --format markdown > tests/golden/default.md"""
+    run = run_main(capsys, "--format", "markdown")
+    assert run.code == 0 and run.err == ""
+    assert run.out == (GOLDEN / "default.md").read_text()
+
+
+def test_markdown_document_parts(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys, "--format", "markdown").out
+    first = out.splitlines()[0]
+    assert first.startswith("_estimate_b300 ") and "sha256" in first and "overrides: none" in first
+    assert "| pipeline      |   accept |" in out  # GitHub pipe tables
+    block = re.search(r"```mermaid\n(.*?)```", out, re.S)
+    assert block is not None
+    mermaid = block.group(1)
+    assert mermaid.startswith("xychart-beta horizontal\n")
+    steps = re.search(r'bar "step = MoE \+ ATTN_BASE \+ SPEC" \[(.*?)\]', mermaid)
+    assert steps is not None
+    assert [float(v) for v in steps.group(1).split(", ")] == [round(s.step_ms, 2) for s in default_estimate().scenarios]
+    assert "### Assumptions" in out
+    assert "`overhead_cut` = 0.4: assumed" in out
+    assert '`points[0]` = {"m": 1, "ms": 1.15, "basis": "inferred"}: not a recorded measurement' in out
+    assert "- \\* MoE extrapolated: M = 33" in out  # escaped, so it is not a nested list item
+
+
+# --- CSV -----------------------------------------------------------------------------------
+
+
+def test_csv_parses_back_to_the_json_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_main(capsys, "--format", "json").json()
+    text = run_main(capsys, "--format", "csv").out
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == len(doc["scenarios"]) == 8
+    for row, scenario in zip(rows, doc["scenarios"], strict=True):
+        for key, value in scenario.items():
+            if isinstance(value, bool):
+                assert row[key] == str(value).lower()
+            elif isinstance(value, (int, float)):
+                assert float(row[key]) == value  # full precision, exactly
+            else:
+                assert row[key] == ("" if value is None else value)
+        assert row["calibration_sha256"] == doc["provenance"]["calibration_sha256"]
+        assert row["tool_version"] == eb.__version__
+        assert row["calibration_file"] == "calibration.json"
+        assert row["overrides"] == ""
+    assert text.splitlines()[0].startswith("drafter,pipeline,block,budget,m,accept,")
+
+
+def test_csv_of_a_sweep(capsys: pytest.CaptureFixture[str]) -> None:
+    text = run_main(
+        capsys, "--sweep", "native_engine.overhead_cut=0.2:0.6:0.1", "--set", "anchors.ar_tok_s=135", "--format", "csv"
+    ).out
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 5 * 8
+    assert [float(r["native_engine.overhead_cut"]) for r in rows[::8]] == pytest.approx([0.2, 0.3, 0.4, 0.5, 0.6])
+    assert {r["overrides"] for r in rows} == {"anchors.ar_tok_s=135"}
+
+
+# --- --explain -------------------------------------------------------------------------------
+
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:%|x)?(?![\w.])")
+
+
+def figures(text: str) -> set[str]:
+    """Every number the text prints, as printed: '14.52', '86.3%', '2.28x'; not the provenance line."""
+    return {m.group(0) for line in text.splitlines()[1:] for m in NUMBER.finditer(line)}
+
+
+@pytest.mark.parametrize("extra", [[], ["--sensitivity"], ["--set", "moe_curve.fit=experts"]])
+def test_every_table_figure_appears_in_explain(capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
+    tables = run_main(capsys, "--no-chart", *extra).out
+    explain = run_main(capsys, "--explain", *extra).out
+    missing = figures(tables) - figures(explain)
+    assert not missing, f"table figures missing from --explain: {sorted(missing)}"
+
+
+def test_explain_lines_show_formula_numbers_and_result(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys, "--explain").out
+    assert "  ATTN_BASE = AR step - MoE(1) = 7.519 - 0.259 = 7.26 ms" in out
+    assert "  SPEC = DDTree step - MoE(9) - ATTN_BASE = 14.521 - 1.991 - 7.260 = 5.27 ms" in out
+    assert "  tok/s = 1000 * accept / step = 1000 * 4.4 / 9.509 = 463 tok/s" in out
+    assert "curve(33) = curve(9) + (33 - 9) * (curve(32) - curve(9)) / (32 - 9) = 8.85 + 24 * 0.65 = 24.450 ms" in out
+    assert "Step time breakdown" not in out and "| pipeline" not in out
+
+
+@pytest.mark.parametrize("args", [["--format", "json"], ["--format", "csv"], ["--sweep", "anchors.ar_tok_s=130,133"]])
+def test_explain_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    run = run_main(capsys, "--explain", *args)
+    assert run.code == 2 and run.out == "" and "--explain" in run.err
+
+
+# --- Provenance and reproducibility ----------------------------------------------------------
+
+FORMATS = [["--format", "table"], ["--format", "json"], ["--format", "markdown"], ["--format", "csv"], ["--explain"]]
+
+
+@pytest.mark.parametrize("args", FORMATS)
+def test_every_output_names_its_provenance(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    digest = hashlib.sha256(DEFAULT_CALIBRATION.read_bytes()).hexdigest()[:12]
+    out = run_main(capsys, *args, "--set", "native_engine.overhead_cut=0.35").out
+    for fragment in ("calibration.json", digest, eb.__version__, "native_engine.overhead_cut=0.35"):
+        assert fragment in out
+
+
+@pytest.mark.parametrize("args", FORMATS)
+def test_identical_runs_give_identical_bytes(args: list[str]) -> None:
+    first, second = run_script(*args, "--sensitivity"), run_script(*args, "--sensitivity")
+    assert first.code == 0 and first.out == second.out and first.out
+
+
+def test_one_byte_changes_the_hash(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    original = DEFAULT_CALIBRATION.read_bytes()
+    edited = original.replace(b"spec sheet: about 1.8", b"spec sheet: about 1,8", 1)
+    assert len(edited) == len(original) and edited != original
+    paths = []
+    for name, content in (("a.json", original), ("b.json", edited)):
+        paths.append(tmp_path / name)
+        paths[-1].write_bytes(content)
+    hashes = [run_main(capsys, "--calibration", str(p), "--format", "json").json()["provenance"] for p in paths]
+    assert hashes[0]["calibration_sha256"] == hashlib.sha256(original).hexdigest()[:12]
+    assert hashes[1]["calibration_sha256"] == hashlib.sha256(edited).hexdigest()[:12]
+    assert hashes[0]["calibration_sha256"] != hashes[1]["calibration_sha256"]
+    table = run_main(capsys, "--calibration", str(paths[1])).out
+    assert f"sha256 {hashlib.sha256(edited).hexdigest()[:12]}" in table.splitlines()[0]
