@@ -2570,7 +2570,7 @@ def cli() -> None:
     """
     code = main()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        try:  # noqa: SIM105 (contextlib.suppress would import contextlib for this alone)
             stream.flush()
         except (OSError, ValueError):
             pass
