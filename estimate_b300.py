@@ -36,16 +36,30 @@ Where the numbers come from
 ---------------------------
 Every input lives in calibration.json (next to this file, or --calibration
 PATH), each with a source saying whether it was measured, inferred or
-assumed. The code holds formulas only.
+assumed. The code holds formulas only. An optional `model` section (the
+target model's MoE geometry) adds a physical cross-check: the bytes each step
+must read, the bandwidth efficiency the curve implies, and the weight-read
+floor under every estimate.
 
 Run it
 ------
-    python estimate_b300.py                      # the three estimate tables
-    python estimate_b300.py --format json        # one JSON object, full precision
-    python estimate_b300.py --tablefmt github    # Markdown tables for notes
+    python estimate_b300.py                        # the tables and a breakdown chart
+    python estimate_b300.py --format json          # one JSON object, full precision
+    python estimate_b300.py --format markdown      # a document for design notes
+    python estimate_b300.py --format csv           # one row per scenario
+    python estimate_b300.py --explain              # the derivation, one figure a line
+    python estimate_b300.py --set native_engine.overhead_cut=0.3
+    python estimate_b300.py --sweep native_engine.overhead_cut=0.2:0.6:0.1
+    python estimate_b300.py --sensitivity          # tornado and uncertainty band
+    python estimate_b300.py --solve native_engine.overhead_cut --observed current/native=463
 
 Bad input exits with status 2 and one message on stderr naming the file and
 the key path; nothing is printed on stdout and no file is ever written.
+
+The file reads top to bottom: loading and validating the calibration, the
+model (with the physical cross-check), the analyses (overrides, sweeps,
+sensitivity, solving, warnings), one run's report, rendering (tables, chart,
+JSON, Markdown, CSV, --explain), and the command line.
 """
 
 import argparse
@@ -654,6 +668,37 @@ def read_document(path: str) -> tuple[object, str]:
         raise CalibrationError("", f"cannot be decoded ({exc}); expected a JSON object") from None
 
 
+def _sha256_hex(data: bytes) -> str:
+    try:  # the interpreter's builtin module: hashlib's OpenSSL import costs 2-3 ms of start-up
+        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # Python 3.12+
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # Python 3.11
+        except ImportError:
+            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
+    return str(sha256(data).hexdigest())
+
+
+def default_calibration_path() -> str:
+    """The calibration.json beside this script, else the one `pip install .` placed under the prefix."""
+    here = os.path.join(os.path.dirname(os.path.realpath(__file__)), DEFAULT_CALIBRATION_NAME)
+    if os.path.exists(here):
+        return here
+    import site
+
+    for base in (sys.prefix, site.USER_BASE or ""):
+        installed = os.path.join(base, INSTALLED_DATA_DIR, DEFAULT_CALIBRATION_NAME)
+        if os.path.exists(installed):
+            return installed
+    return here  # missing: reading it reports the path that was expected
+
+
+def display_name(path: str) -> str:
+    """How a file is named in messages: relative to the working directory when below it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.pardir) else relative
+
+
 # --- Key paths: how --set, --sweep, --solve and `ranges` name a value ---
 
 PathSegments = tuple[str | int, ...]
@@ -739,26 +784,6 @@ def set_path(doc: object, segments: PathSegments, value: object) -> object:
         return {**node, key: replace(node.get(key), after)}
 
     return replace(doc, 0)
-
-
-def default_calibration_path() -> str:
-    """The calibration.json beside this script, else the one `pip install .` placed under the prefix."""
-    here = os.path.join(os.path.dirname(os.path.realpath(__file__)), DEFAULT_CALIBRATION_NAME)
-    if os.path.exists(here):
-        return here
-    import site
-
-    for base in (sys.prefix, site.USER_BASE or ""):
-        installed = os.path.join(base, INSTALLED_DATA_DIR, DEFAULT_CALIBRATION_NAME)
-        if os.path.exists(installed):
-            return installed
-    return here  # missing: reading it reports the path that was expected
-
-
-def display_name(path: str) -> str:
-    """How a file is named in messages: relative to the working directory when below it."""
-    relative = os.path.relpath(path)
-    return path if relative.startswith(os.pardir) else relative
 
 
 # === The model ===
@@ -1492,7 +1517,7 @@ def _bisect_roots(gap: Callable[[float], float | None], grid: list[float]) -> tu
     return roots, [g for _, g in seen]
 
 
-# === Rendering ===
+# === One run: everything the options ask for, computed once ===
 
 
 class Provenance(NamedTuple):
@@ -1552,6 +1577,85 @@ def assumptions(doc: object) -> tuple[Assumption, ...]:
 
     walk(doc, (), "", "")
     return tuple(found)
+
+
+def _parse_observed(text: str) -> tuple[ScenarioSpec, float]:
+    """'current/native=463' -> (the scenario, 463.0)."""
+    label, sep, tok_s_text = text.rpartition("=")
+    if not sep:
+        raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"--observed {text}")
+    spec = ScenarioSpec.parse("--observed", label)
+    tok_s = parse_value(tok_s_text)
+    if isinstance(tok_s, bool) or not isinstance(tok_s, (int, float)) or not 0 < tok_s < math.inf:
+        raise CalibrationError(
+            "", f"{tok_s_text!r}: expected a positive throughput in tok/s", file=f"--observed {text}"
+        )
+    return spec, float(tok_s)
+
+
+def build_report(args: argparse.Namespace) -> Report:
+    """Load, override, solve, estimate and analyse: everything main does except printing."""
+    overrides = [parse_override(text) for text in args.set]
+    sweeps = [parse_sweep(text) for text in args.sweep]
+    focus = ScenarioSpec.parse("--scenario", args.scenario or "stronger/native")
+    observed = _parse_observed(args.observed) if args.observed else None
+
+    path = args.calibration or default_calibration_path()
+    file = args.calibration or display_name(path)
+    label = file + "".join(f" with --set {o.text}" for o in overrides)
+    try:
+        raw, digest = read_document(path)
+        doc = apply(raw, [(o.path, o.value) for o in overrides])
+        cal = parse_calibration(doc)
+        solution = None
+        if args.solve and observed:
+            solution = solve(doc, cal, args.solve, *observed)
+            doc = set_path(doc, parse_path(args.solve), solution.value)
+            cal = parse_calibration(doc)
+        est = estimate(cal)
+        sens = sensitivity(doc, cal, focus, label) if args.sensitivity else None
+        sweep = run_sweep(doc, sweeps, label) if sweeps else None
+    except CalibrationError as exc:
+        exc.file = exc.file or label
+        raise
+    provenance = Provenance(file, digest, __version__, tuple(o.text for o in overrides))
+    roof = roofline(cal) if cal.model else None
+    warnings = physical_warnings(est, roof, sweep)
+    return Report(provenance, est, solution, sens, sweep, roof, warnings, doc)
+
+
+# === Rendering ===
+
+
+# --- Warnings: inputs that ask more than the hardware can give ---
+
+
+def physical_warnings(
+    est: Estimate, roof: tuple[RooflinePoint, ...] | None, sweep: tuple[SweepPoint, ...] | None
+) -> tuple[str, ...]:
+    """Inputs that ask for more than 100% of a GPU's memory bandwidth."""
+    cal = est.calibration
+    ref, tgt = cal.hardware.reference, cal.hardware.target
+    warnings = [
+        f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB per GPU, "
+        f"which takes at least {p.peak_ms:.3g} ms at {ref.name}'s {ref.mem_bandwidth_tb_s:g} TB/s: "
+        f"{_pct(p.efficiency)} of peak bandwidth is impossible; check the time, the `model` geometry "
+        "or hardware.reference.mem_bandwidth_tb_s"
+        for p in roof or ()
+        if p.efficiency > 1
+    ]
+    seen = set()
+    for values, rows in [((), est.scenarios), *((p.values, p.scenarios) for p in sweep or ())]:
+        for row in rows:
+            if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms and row.label not in seen:
+                seen.add(row.label)
+                at = "".join(f" at {name}={_value_text(v)}" for name, v in values)
+                warnings.append(
+                    f"{row.label}{at}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the MoE "
+                    f"weights alone ({row.moe_floor_ms:.3g} ms at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} "
+                    "TB/s); the inputs are inconsistent: check the curve, the bandwidths and the anchors"
+                )
+    return tuple(warnings)
 
 
 def calibration_json(est: Estimate) -> dict[str, object]:
@@ -2423,90 +2527,6 @@ def _check_usage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> N
             parser.error(f"--tablefmt: unknown format {args.tablefmt!r}; choose from {formats}")
         if args.ascii and not tabulate.tabulate([["x"]], tablefmt=args.tablefmt).isascii():
             parser.error(f"--ascii: --tablefmt {args.tablefmt} draws with Unicode; choose an ASCII format")
-
-
-def _sha256_hex(data: bytes) -> str:
-    try:  # the interpreter's builtin module: hashlib's OpenSSL import costs 2-3 ms of start-up
-        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # Python 3.12+
-    except ImportError:
-        try:
-            from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # Python 3.11
-        except ImportError:
-            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
-    return str(sha256(data).hexdigest())
-
-
-def _parse_observed(text: str) -> tuple[ScenarioSpec, float]:
-    """'current/native=463' -> (the scenario, 463.0)."""
-    label, sep, tok_s_text = text.rpartition("=")
-    if not sep:
-        raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"--observed {text}")
-    spec = ScenarioSpec.parse("--observed", label)
-    tok_s = parse_value(tok_s_text)
-    if isinstance(tok_s, bool) or not isinstance(tok_s, (int, float)) or not 0 < tok_s < math.inf:
-        raise CalibrationError(
-            "", f"{tok_s_text!r}: expected a positive throughput in tok/s", file=f"--observed {text}"
-        )
-    return spec, float(tok_s)
-
-
-def build_report(args: argparse.Namespace) -> Report:
-    """Load, override, solve, estimate and analyse: everything main does except printing."""
-    overrides = [parse_override(text) for text in args.set]
-    sweeps = [parse_sweep(text) for text in args.sweep]
-    focus = ScenarioSpec.parse("--scenario", args.scenario or "stronger/native")
-    observed = _parse_observed(args.observed) if args.observed else None
-
-    path = args.calibration or default_calibration_path()
-    file = args.calibration or display_name(path)
-    label = file + "".join(f" with --set {o.text}" for o in overrides)
-    try:
-        raw, digest = read_document(path)
-        doc = apply(raw, [(o.path, o.value) for o in overrides])
-        cal = parse_calibration(doc)
-        solution = None
-        if args.solve and observed:
-            solution = solve(doc, cal, args.solve, *observed)
-            doc = set_path(doc, parse_path(args.solve), solution.value)
-            cal = parse_calibration(doc)
-        est = estimate(cal)
-        sens = sensitivity(doc, cal, focus, label) if args.sensitivity else None
-        sweep = run_sweep(doc, sweeps, label) if sweeps else None
-    except CalibrationError as exc:
-        exc.file = exc.file or label
-        raise
-    provenance = Provenance(file, digest, __version__, tuple(o.text for o in overrides))
-    roof = roofline(cal) if cal.model else None
-    warnings = physical_warnings(est, roof, sweep)
-    return Report(provenance, est, solution, sens, sweep, roof, warnings, doc)
-
-
-def physical_warnings(
-    est: Estimate, roof: tuple[RooflinePoint, ...] | None, sweep: tuple[SweepPoint, ...] | None
-) -> tuple[str, ...]:
-    """Inputs that ask for more than 100% of a GPU's memory bandwidth."""
-    cal = est.calibration
-    ref, tgt = cal.hardware.reference, cal.hardware.target
-    warnings = [
-        f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB per GPU, "
-        f"which takes at least {p.peak_ms:.3g} ms at {ref.name}'s {ref.mem_bandwidth_tb_s:g} TB/s: "
-        f"{_pct(p.efficiency)} of peak bandwidth is impossible; check the time, the `model` geometry "
-        "or hardware.reference.mem_bandwidth_tb_s"
-        for p in roof or ()
-        if p.efficiency > 1
-    ]
-    seen = set()
-    for values, rows in [((), est.scenarios), *((p.values, p.scenarios) for p in sweep or ())]:
-        for row in rows:
-            if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms and row.label not in seen:
-                seen.add(row.label)
-                at = "".join(f" at {name}={_value_text(v)}" for name, v in values)
-                warnings.append(
-                    f"{row.label}{at}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the MoE "
-                    f"weights alone ({row.moe_floor_ms:.3g} ms at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} "
-                    "TB/s); the inputs are inconsistent: check the curve, the bandwidths and the anchors"
-                )
-    return tuple(warnings)
 
 
 def render(report: Report, args: argparse.Namespace, ascii_only: bool) -> str:
