@@ -75,7 +75,9 @@ from collections.abc import Callable, Sequence
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; type checkers read it as True
 
 if TYPE_CHECKING:
-    from typing import NamedTuple
+    from typing import NamedTuple, TypeVar
+
+    T = TypeVar("T")
 else:
 
     class _NamedTupleMeta(type):
@@ -309,13 +311,17 @@ class _Reader:
     known key.
     """
 
-    def __init__(self, data: object, path: str, domains: dict[str, Domain]) -> None:
+    def __init__(self, data: object, path: str, domains: dict[str, Domain] | None) -> None:
         if not isinstance(data, dict):
             raise CalibrationError(path or "(top level)", f"got {_kind(data)}; expected an object")
         self.data: dict[str, object] = data
         self.path = path
-        self.known: list[str] = []
-        self.domains = domains  # shared by every reader of one document
+        self.known: dict[str, None] = {}  # the keys asked for, in order
+        self.domains = domains  # shared by every reader of one document; None when nobody needs them
+
+    def register(self, path: str, domain: Domain) -> None:
+        if self.domains is not None:
+            self.domains[path] = domain
 
     def at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
@@ -324,8 +330,7 @@ class _Reader:
         return CalibrationError(self.at(key), message)
 
     def raw(self, key: str, expected: "str | Domain", default: object = _REQUIRED) -> object:
-        if key not in self.known:
-            self.known.append(key)
+        self.known[key] = None
         if key in self.data:
             return self.data[key]
         if default is _REQUIRED:
@@ -344,8 +349,9 @@ class _Reader:
     def number(
         self, key: str, low: float = 0.0, high: float = math.inf, low_open: bool = True, high_open: bool = True
     ) -> float:
-        self.domains[self.at(key)] = domain = Domain(low, high, low_open, high_open)
-        return _number(self.raw(key, domain), self.at(key), *domain[:4])
+        path, domain = self.at(key), Domain(low, high, low_open, high_open)
+        self.register(path, domain)
+        return _number(self.raw(key, domain), path, low, high, low_open, high_open)
 
     def optional_child(self, key: str) -> "_Reader | None":
         """The object at key, or None when the key is absent (null is present, and not an object)."""
@@ -355,8 +361,9 @@ class _Reader:
         return self.child(key)
 
     def count(self, key: str, low: int = 1) -> int:
-        self.domains[self.at(key)] = _COUNT_DOMAINS[low]
-        return _count(self.raw(key, _COUNT_DOMAINS[low]), self.at(key), low)
+        path = self.at(key)
+        self.register(path, _COUNT_DOMAINS[low])
+        return _count(self.raw(key, _COUNT_DOMAINS[low]), path, low)
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.raw(key, "true or false", default)
@@ -365,7 +372,7 @@ class _Reader:
         return value
 
     def accept(self, path: str, value: object, block: int, budget: int) -> float:
-        self.domains[path] = Domain(1.0, min(block, budget) + 1.0, False, False)
+        self.register(path, Domain(1.0, min(block, budget) + 1.0, False, False))
         return _accept(value, path, block, budget)
 
     def string(self, key: str, choices: tuple[str, ...] = (), default: object = _REQUIRED) -> str:
@@ -393,7 +400,7 @@ class _Reader:
                 if not isinstance(value, str):
                     raise self.error(key, f"got {_kind(value)}; expected a string (documentation)")
                 continue
-            near = _closest(key, self.known)
+            near = _closest(key, list(self.known))
             hint = f"did you mean {self.at(near)}?" if near else f"known keys: {', '.join(self.known)}"
             raise self.error(key, f"unknown key ({hint})")
 
@@ -464,31 +471,57 @@ def _accept(value: object, path: str, block: int, budget: int) -> float:
     return accept
 
 
-def parse_calibration(data: object, with_ranges: bool = True) -> Calibration:
+def parse_calibration(data: object, full: bool = True, like: "tuple[object, Calibration] | None" = None) -> Calibration:
     """Validate a decoded calibration document and build the typed calibration.
 
     Every key is checked; the first problem raises CalibrationError naming
     the key path. The analyses that re-estimate a calibration thousands of
-    times (sweeps, sensitivity, solving) have validated its ranges once
-    already and skip them (with_ranges=False).
+    times (sweeps, sensitivity, solving) have read its ranges and the domain
+    of each number once already and skip both (full=False); they also pass
+    `like` = (the document they started from, its calibration), and every
+    section that is still the very same object is taken over, not read again.
     """
     domains: dict[str, Domain] = {}
-    top = _Reader(data, "", domains)
+    top = _Reader(data, "", domains if full else None)
     version = top.raw("schema_version", f"the number {SCHEMA_VERSION}")
     if isinstance(version, bool) or version != SCHEMA_VERSION:
         raise top.error("schema_version", f"got {_show(version)}; this tool reads schema {SCHEMA_VERSION}")
 
-    hw = top.child("hardware")
+    def section(key: str, read: "Callable[[], T]", *depends_on: str) -> "T":
+        if (
+            like
+            and not full
+            and isinstance(like[0], dict)
+            and all(top.data.get(k) is like[0].get(k) for k in (key, *depends_on))
+        ):
+            top.known[key] = None
+            reused: T = getattr(like[1], key)
+            return reused
+        return read()
+
+    hardware = section("hardware", lambda: _parse_hardware(top.child("hardware")))
+    model = section("model", lambda: _parse_model(top.optional_child("model")))
+    moe_curve = section("moe_curve", lambda: _parse_curve(top.child("moe_curve"), model), "model")
+    anchors = section("anchors", lambda: _parse_anchors(top.child("anchors")))
+    native = section("native_engine", lambda: _parse_native_engine(top.child("native_engine")))
+    stronger = section("stronger_drafter", lambda: _parse_stronger_drafter(top.child("stronger_drafter")))
+    ranges_section = top.child("ranges", DEFAULT_RANGES)
+    ranges = _parse_ranges(ranges_section, data, domains) if full else ()
+    top.finish()
+    return Calibration(hardware, moe_curve, anchors, native, stronger, ranges, domains, model)
+
+
+def _parse_hardware(hw: _Reader) -> Hardware:
     gpus = []
     for role in ("reference", "target"):
         gpu = hw.child(role)
         gpus.append(Gpu(gpu.string("name"), gpu.number("mem_bandwidth_tb_s")))
         gpu.finish()
     hw.finish()
+    return Hardware(*gpus)
 
-    model = _parse_model(top.optional_child("model"))
 
-    curve = top.child("moe_curve")
+def _parse_curve(curve: _Reader, model: ModelGeometry | None) -> MoeCurve:
     tp = curve.count("tp")
     points: list[CurvePoint] = []
     for i, item in enumerate(curve.items("points", min_items=2)):
@@ -506,22 +539,27 @@ def parse_calibration(data: object, with_ranges: bool = True) -> Calibration:
             raise curve.error("fit", '"experts" counts distinct experts; expected a `model` section beside it')
         experts_fit = fit_experts(points, model)
     curve.finish()
+    return MoeCurve(tp, tuple(points), fit, experts_fit)
 
-    anchors = top.child("anchors")
+
+def _parse_anchors(anchors: _Reader) -> Anchors:
     ar_tok_s = anchors.number("ar_tok_s")
     dd = anchors.child("ddtree")
     block, budget = dd.count("block"), dd.count("budget")
-    ddtree = DdtreeAnchor(
-        block, budget, dd.accept(dd.at("accept"), dd.raw("accept", "a number >= 1"), block, budget), dd.number("tok_s")
-    )
+    accept = dd.accept(dd.at("accept"), dd.raw("accept", "a number >= 1"), block, budget)
+    ddtree = DdtreeAnchor(block, budget, accept, dd.number("tok_s"))
     dd.finish()
     anchors.finish()
+    return Anchors(ar_tok_s, ddtree)
 
-    native = top.child("native_engine")
+
+def _parse_native_engine(native: _Reader) -> NativeEngine:
     overhead_cut = native.number("overhead_cut", low=0.0, high=1.0, low_open=False)
     native.finish()
+    return NativeEngine(overhead_cut)
 
-    sd = top.child("stronger_drafter")
+
+def _parse_stronger_drafter(sd: _Reader) -> StrongerDrafter:
     block, budget = sd.count("block"), sd.count("budget")
     accepts: list[float] = []
     for i, value in enumerate(sd.items("accept")):
@@ -530,20 +568,7 @@ def parse_calibration(data: object, with_ranges: bool = True) -> Calibration:
             raise sd.error(f"accept[{i}]", f"{_show(value)} appears twice; expected each accept length once")
     stronger = StrongerDrafter(block, budget, tuple(accepts), sd.number("attn_base_scale"), sd.number("spec_scale"))
     sd.finish()
-    section = top.child("ranges", DEFAULT_RANGES)
-    ranges = _parse_ranges(section, data, domains) if with_ranges else ()
-    top.finish()
-
-    return Calibration(
-        hardware=Hardware(*gpus),
-        moe_curve=MoeCurve(tp, tuple(points), fit, experts_fit),
-        anchors=Anchors(ar_tok_s, ddtree),
-        native_engine=NativeEngine(overhead_cut),
-        stronger_drafter=stronger,
-        ranges=ranges,
-        domains=domains,
-        model=model,
-    )
+    return stronger
 
 
 def _parse_model(section: "_Reader | None") -> ModelGeometry | None:
@@ -1293,7 +1318,7 @@ def parse_sweep(text: str) -> Sweep:
     return Sweep(text, path, tuple(values))
 
 
-def run_sweep(doc: object, sweeps: list[Sweep], file: str) -> tuple[SweepPoint, ...]:
+def run_sweep(doc: object, cal: Calibration, sweeps: list[Sweep], file: str) -> tuple[SweepPoint, ...]:
     """Every combination of the sweeps' values (the first sweep outermost), each estimated afresh."""
     total = math.prod(len(s.values) for s in sweeps)
     if total > MAX_SWEEP_POINTS:
@@ -1306,8 +1331,8 @@ def run_sweep(doc: object, sweeps: list[Sweep], file: str) -> tuple[SweepPoint, 
         at = tuple(zip(names, combo, strict=True))
         try:
             changed = apply(doc, [(s.path, v) for s, v in zip(sweeps, combo, strict=True)])
-            cal = parse_calibration(changed, with_ranges=False)
-            points.append(SweepPoint(at, scenarios(cal, decompose(cal))))
+            point = parse_calibration(changed, full=False, like=(doc, cal))
+            points.append(SweepPoint(at, scenarios(point, decompose(point))))
         except CalibrationError as exc:
             exc.file = f"{file} at --sweep " + ", ".join(f"{n}={json.dumps(v)}" for n, v in at)
             raise
@@ -1359,7 +1384,8 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, file: str) ->
     def tok_s(ends: tuple[float, ...], which: list[int]) -> float:
         changes = [(paths[i], end) for i, end in zip(which, ends, strict=True)]
         try:
-            return scenario_for(parse_calibration(apply(doc, changes), with_ranges=False), spec, "--scenario").tok_s
+            changed = parse_calibration(apply(doc, changes), full=False, like=(doc, cal))
+            return scenario_for(changed, spec, "--scenario").tok_s
         except CalibrationError as exc:
             at = ", ".join(f"{format_path(p)}={v:g}" for p, v in changes)
             raise CalibrationError(
@@ -1427,10 +1453,8 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
     def gap(value: float) -> float | None:
         """Estimated minus observed tok/s at this value; None where the calibration is invalid there."""
         try:
-            return (
-                scenario_for(parse_calibration(set_path(doc, path, value), with_ranges=False), spec, "--observed").tok_s
-                - observed
-            )
+            changed = parse_calibration(set_path(doc, path, value), full=False, like=(doc, cal))
+            return scenario_for(changed, spec, "--observed").tok_s - observed
         except CalibrationError:
             return None
 
@@ -1614,7 +1638,7 @@ def build_report(args: argparse.Namespace) -> Report:
             cal = parse_calibration(doc)
         est = estimate(cal)
         sens = sensitivity(doc, cal, focus, label) if args.sensitivity else None
-        sweep = run_sweep(doc, sweeps, label) if sweeps else None
+        sweep = run_sweep(doc, cal, sweeps, label) if sweeps else None
     except CalibrationError as exc:
         exc.file = exc.file or label
         raise

@@ -493,3 +493,24 @@ def test_json_of_all_analyses_is_strict_json(capsys: pytest.CaptureFixture[str])
     doc = json.loads(run.out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert {"provenance", "calibration", "scenarios", "break_even", "sensitivity", "solve"} <= doc.keys()
     assert doc["provenance"]["overrides"] == ["native_engine.overhead_cut=0.35"]
+
+
+@pytest.mark.parametrize(
+    ("option", "extra"),
+    [
+        ("native_engine.overhead_cut=0.1,0.5", []),
+        ("moe_curve.points[1].ms=8,9.5", []),
+        ("model.experts_per_token=6,10", ["--set", "moe_curve.fit=experts"]),
+        ("anchors.ddtree.tok_s=290,310", []),
+        ("stronger_drafter.accept=[10],[12,16]", []),
+        ("hardware.target.mem_bandwidth_tb_s=4.8,8", []),
+    ],
+)
+def test_sweep_points_equal_fresh_estimates(capsys: pytest.CaptureFixture[str], option: str, extra: list[str]) -> None:
+    """A sweep re-reads only the sections its path changes; each point must equal a run with --set."""
+    path, _, values = option.partition("=")
+    points = run_main(capsys, *extra, "--sweep", option, "--format", "json").json()["sweep"]
+    for point in points:
+        value = json.dumps(point["values"][path])
+        fresh = run_main(capsys, *extra, "--set", f"{path}={value}", "--format", "json").json()
+        assert point["scenarios"] == fresh["scenarios"]
