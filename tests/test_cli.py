@@ -152,3 +152,14 @@ def test_installed_command_runs_from_any_directory(tmp_path: Path) -> None:
     source = json.loads(run_script("--format", "json").out)
     source["provenance"]["calibration_file"] = installed["provenance"]["calibration_file"]
     assert installed == source  # the same calibration, byte for byte (the hash), and the same figures
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_second() -> None:
+    readme = (ROOT / "README.md").read_text().splitlines()
+    assert readme[2:6] == [
+        "```sh",
+        "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/estimate-b300",
+        "python3 -m venv .venv && .venv/bin/pip install '.[test]' && .venv/bin/python -m pytest",
+        "```",
+    ]
+    assert readme[4] in (ROOT / ".ci" / "run").read_text().splitlines()
