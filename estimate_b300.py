@@ -2148,7 +2148,7 @@ def render_tables(report: Report, tablefmt: str, chart_columns: int = 80, ascii_
     return "\n\n".join(parts) + "\n"
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, chart: bool = True) -> str:
     """A document to paste into design notes: GitHub tables, a Mermaid chart, assumptions and notes."""
     tables = _Tables(report, "github")
     parts = [f"_{_header_line(report)}_", f"## {_title(report)}"]
@@ -2156,7 +2156,7 @@ def render_markdown(report: Report) -> str:
         parts += [f"### {section.name}", section.title]
         if section.body:
             parts.append(section.body)
-    if report.sweep is None:
+    if chart and report.sweep is None:
         legend = "Bars drawn over one another: the longest is the whole step; MoE + ATTN_BASE and MoE lie on top."
         parts += ["### Step-time breakdown", mermaid_chart(report.estimate.scenarios), legend]
     notes = [note.replace("* ", "\\* ", 1) if note.startswith("* ") else note for note in tables.footnotes()]
@@ -2185,22 +2185,25 @@ def render_csv(report: Report) -> str:
 
     prov = report.provenance
     provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides)]
-    points = report.sweep if report.sweep is not None else (SweepPoint((), report.estimate.scenarios),)
+    solved = ((report.solve.path, report.solve.value),) if report.solve else ()  # a column, as a swept value is
+    points = report.sweep if report.sweep is not None else (SweepPoint(solved, report.estimate.scenarios),)
     swept = [name for name, _ in points[0].values] if points else []
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*swept, *Scenario._fields, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
     for point in points:
-        values = [_value_text(v) for _, v in point.values]
+        values = [_csv_cell(v) for _, v in point.values]
         for row in point.scenarios:
             writer.writerow([*values, *(_csv_cell(v) for v in row), *provenance])
     return out.getvalue()
 
 
 def _csv_cell(value: object) -> object:
-    """Numbers at full precision (repr), booleans as true/false, missing values empty."""
+    """Numbers at full precision (repr), booleans as true/false, lists as JSON, missing values empty."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
     return "" if value is None else value
 
 
@@ -2541,6 +2544,8 @@ def _check_usage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> N
         parser.error("--solve and --sweep cannot be combined: solve first, then --set the value and sweep")
     if args.scenario and not args.sensitivity:
         parser.error("--scenario chooses what --sensitivity studies; add --sensitivity")
+    if args.sensitivity and args.format == "csv":
+        parser.error("--format csv holds one row per scenario; --sensitivity needs table, json or markdown")
     if args.explain and (args.format != "table" or args.sweep):
         parser.error("--explain prints one estimate's derivation in place of the tables: no --sweep, --format table")
     if args.format == "table" and not args.explain:
@@ -2559,7 +2564,7 @@ def render(report: Report, args: argparse.Namespace, ascii_only: bool) -> str:
     if args.format == "json":
         return render_json(report)
     if args.format == "markdown":
-        return render_markdown(report)
+        return render_markdown(report, chart=not args.no_chart)
     if args.format == "csv":
         return render_csv(report)
     return render_tables(report, args.tablefmt, 0 if args.no_chart else chart_columns(), ascii_only)

@@ -191,7 +191,8 @@ def test_every_output_names_its_provenance(capsys: pytest.CaptureFixture[str], a
 
 @pytest.mark.parametrize("args", FORMATS)
 def test_identical_runs_give_identical_bytes(args: list[str]) -> None:
-    first, second = run_script(*args, "--sensitivity"), run_script(*args, "--sensitivity")
+    analyses = [] if "csv" in args else ["--sensitivity"]
+    first, second = run_script(*args, *analyses), run_script(*args, *analyses)
     assert first.code == 0 and first.out == second.out and first.out
 
 
@@ -209,3 +210,20 @@ def test_one_byte_changes_the_hash(capsys: pytest.CaptureFixture[str], tmp_path:
     assert hashes[0]["calibration_sha256"] != hashes[1]["calibration_sha256"]
     table = run_main(capsys, "--calibration", str(paths[1])).out
     assert f"sha256 {hashlib.sha256(edited).hexdigest()[:12]}" in table.splitlines()[0]
+
+
+def test_csv_names_a_solved_value_in_a_column(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--solve", "native_engine.overhead_cut", "--observed", "current/native=463"]
+    rows = list(csv.DictReader(io.StringIO(run_main(capsys, *args, "--format", "csv").out)))
+    solved = run_main(capsys, *args, "--format", "json").json()["solve"]["value"]
+    assert {float(r["native_engine.overhead_cut"]) for r in rows} == {solved}
+
+
+def test_csv_refuses_sensitivity_rather_than_dropping_it(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--sensitivity", "--format", "csv")
+    assert run.code == 2 and run.out == "" and "--sensitivity needs table, json or markdown" in run.err
+
+
+def test_no_chart_leaves_the_mermaid_block_out(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "```mermaid" in run_main(capsys, "--format", "markdown").out
+    assert "```mermaid" not in run_main(capsys, "--format", "markdown", "--no-chart").out
