@@ -1295,10 +1295,16 @@ def parse_sweep(text: str) -> Sweep:
     path, spec = parse_assignment("--sweep", text)
     parts = spec.split(":")
     if len(parts) == 3 and "," not in spec:
-        numbers = [parse_value(part) for part in parts]
-        if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
+        numbers = [
+            n
+            for part in parts
+            if isinstance(n := parse_value(part), (int, float)) and not isinstance(n, bool) and math.isfinite(n)
+        ]
+        if len(numbers) != 3:
             raise CalibrationError("", "expected START:STOP:STEP with three finite numbers", file=f"--sweep {text}")
-        start, stop, step = (float(n) for n in numbers)  # type: ignore[arg-type]
+        if not all(isinstance(n, int) for n in numbers):  # 16:64:16 keeps whole numbers whole (a budget, say)
+            numbers = [float(n) for n in numbers]
+        start, stop, step = numbers
         if step == 0 or (stop - start) / step < 0:
             raise CalibrationError(
                 "", f"a step of {step:g} never goes from {start:g} to {stop:g}", file=f"--sweep {text}"

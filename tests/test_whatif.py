@@ -102,6 +102,8 @@ def test_parse_sweep_range_includes_stop() -> None:
     assert sweep.values == tuple(0.2 + i * 0.1 for i in range(5))  # computed, not accumulated
     assert eb.parse_sweep("a=0:1:0.3").values == (0.0, 0.3, 0.6, 0.8999999999999999)  # 1.0 not on a step
     assert eb.parse_sweep("a=3:1:-1").values == (3.0, 2.0, 1.0)
+    whole = eb.parse_sweep("stronger_drafter.budget=16:64:16").values
+    assert whole == (16, 32, 48, 64) and all(isinstance(v, int) for v in whole)  # shown as 16, not 16.0
     assert eb.parse_sweep("a=1,2.5,[3]").values == (1, 2.5, [3])
     assert eb.parse_sweep("hardware.target.name=B200,H200").values == ("B200", "H200")
 
