@@ -645,7 +645,7 @@ def _parse_ranges(section: _Reader, data: object, domains: dict[str, Domain]) ->
         entry, domain = section.child(key), domains[key]
         if "relative" in entry.data:
             relative: float | None = (r := entry.number("relative", high=1.0))
-            value = float(get_path(data, parse_path(key)))  # type: ignore[arg-type]
+            value = number_at(data, parse_path(key))
             low, high = sorted((value * (1 - r), value * (1 + r)))
         else:
             relative = None
@@ -779,6 +779,13 @@ def get_path(doc: object, segments: PathSegments) -> object:
             raise CalibrationError(format_path(segments), "no such key in the calibration")
         node = node[key]
     return node
+
+
+def number_at(doc: object, segments: PathSegments) -> float:
+    """The number at a key path of a document whose numbers were validated (its domain is known)."""
+    value = get_path(doc, segments)
+    assert isinstance(value, (int, float)), f"{format_path(segments)} is not a number"
+    return float(value)
 
 
 def set_path(doc: object, segments: PathSegments, value: object) -> object:
@@ -1400,7 +1407,7 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, file: str) ->
 
     rows = []
     for i, r in enumerate(cal.ranges):
-        value = float(get_path(doc, paths[i]))  # type: ignore[arg-type]
+        value = number_at(doc, paths[i])
         rows.append(SensitivityRow(r.path, r.low, r.high, tok_s((r.low,), [i]), tok_s((r.high,), [i]), value, r.source))
     everyone = list(range(len(cal.ranges)))
     band = [tok_s(ends, everyone) for ends in itertools.product(*((r.low, r.high) for r in cal.ranges))]
@@ -1452,7 +1459,7 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
             file=option,
         )
     domain = cal.domains[key]
-    previous = float(get_path(doc, path))  # type: ignore[arg-type]
+    previous = number_at(doc, path)
     target = scenario_for(cal, spec, "--observed")
     label = target.label
 
@@ -1470,9 +1477,9 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
 
     # Closed form: tok/s = 1000 * accept / step, and many assumptions enter the step linearly.
     probes = _probes(domain, previous)
-    steps = [gap(v) for v in probes]
-    if all(g is not None for g in steps):
-        s0, s1, s2 = (1000.0 * target.accept / (g + observed) for g in steps)  # type: ignore[operator]
+    gaps = [g for v in probes if (g := gap(v)) is not None]
+    if len(gaps) == len(probes):
+        s0, s1, s2 = (1000.0 * target.accept / (g + observed) for g in gaps)  # the step times
         v0, v1, v2 = probes
         slope = (s1 - s0) / (v1 - v0)
         if slope != 0 and abs(s0 + slope * (v2 - v0) - s2) <= 1e-9 * max(abs(s2), 1e-300):
@@ -2477,7 +2484,7 @@ def terminal_columns() -> int:
     except (KeyError, ValueError):
         pass
     try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        return os.get_terminal_size((sys.__stdout__ or sys.stdout).fileno()).columns
     except (AttributeError, ValueError, OSError):
         return 80
 
