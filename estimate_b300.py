@@ -2069,9 +2069,16 @@ class _Tables:
             for row in self.report.sensitivity.rows:
                 if not row.low <= row.value <= row.high:
                     notes.append(f"Note: {row.path} = {row.value:g} lies outside its range {row.low:g} - {row.high:g}.")
+        sens = self.report.sensitivity
+        band = (
+            f" Over the ranges of its assumptions, {sens.scenario} spans {sens.tok_s_min:.0f} to "
+            f"{sens.tok_s_max:.0f} tok/s (a what-if band, not a statistical interval)."
+            if sens
+            else " --sensitivity shows how far each assumption moves them."
+        )
         notes.append(
-            "Only the SGLang current-drafter row is measured; every other row is an estimate whose "
-            "non-MoE split, stronger-drafter cost and accept lengths are assumptions."
+            "Uncertainty: only the SGLang current-drafter row is measured; every other row is an estimate whose "
+            "non-MoE split, stronger-drafter cost and accept lengths are assumptions." + band
         )
         return notes
 
