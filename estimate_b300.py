@@ -1381,7 +1381,7 @@ class Sensitivity(NamedTuple):
 MAX_BAND_RANGES = 16  # the band evaluates 2**n combinations
 
 
-def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, file: str) -> Sensitivity:
+def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec) -> Sensitivity:
     """A tornado (each range end alone) and the band over all combinations of range ends.
 
     Default data, stronger/native@14 at 950.4 tok/s: overhead_cut 0.2 gives
@@ -1564,13 +1564,6 @@ class Provenance(NamedTuple):
     overrides: tuple[str, ...]  # --set options in force, as given
 
 
-class Assumption(NamedTuple):
-    path: str
-    value: object
-    source: str  # its `<key>_source`, else the `source` of the nearest object around it
-    group_source: str  # the `source` of its top-level section
-
-
 class Report(NamedTuple):
     """Everything one run computed; the renderers read it and compute nothing new."""
 
@@ -1582,38 +1575,6 @@ class Report(NamedTuple):
     roofline: tuple[RooflinePoint, ...] | None  # None without a `model` section
     warnings: tuple[str, ...]  # physically impossible inputs; printed on stderr, the exit status stays 0
     document: object  # the calibration document in force (after --set and --solve), for its sources
-
-
-def assumptions(doc: object) -> tuple[Assumption, ...]:
-    """Every value of a (valid) calibration document with the source that documents it; not the ranges.
-
-    A list of objects (the curve points) gives one entry per object, its fields as compact JSON.
-    """
-    found: list[Assumption] = []
-
-    def source_of(node: dict[str, object], default: str) -> str:
-        value = node.get("source")
-        return value if isinstance(value, str) else default
-
-    def walk(node: object, path: PathSegments, source: str, group: str) -> None:
-        if isinstance(node, dict) and not (path and isinstance(path[-1], int)):
-            source = source_of(node, source)
-            for key, value in node.items():
-                if key in ("source", "note", "schema_version", "ranges") or key.endswith(("_source", "_note")):
-                    continue
-                own = node.get(f"{key}_source")
-                inner = source_of(value, "") if not path and isinstance(value, dict) else group
-                walk(value, (*path, key), own if isinstance(own, str) else source, inner)
-        elif isinstance(node, list) and any(isinstance(item, dict) for item in node):
-            for i, item in enumerate(node):
-                walk(item, (*path, i), source_of(item, source) if isinstance(item, dict) else source, group)
-        else:
-            if isinstance(node, dict):  # an object inside a list: its fields, less the documentation
-                node = {k: v for k, v in node.items() if k not in ("source", "note") and not k.endswith("_source")}
-            found.append(Assumption(format_path(path), node, source, group))
-
-    walk(doc, (), "", "")
-    return tuple(found)
 
 
 def _parse_observed(text: str) -> tuple[ScenarioSpec, float]:
@@ -1650,7 +1611,7 @@ def build_report(args: argparse.Namespace) -> Report:
             doc = set_path(doc, parse_path(args.solve), solution.value)
             cal = parse_calibration(doc)
         est = estimate(cal)
-        sens = sensitivity(doc, cal, focus, label) if args.sensitivity else None
+        sens = sensitivity(doc, cal, focus) if args.sensitivity else None
         sweep = run_sweep(doc, cal, sweeps, label) if sweeps else None
     except CalibrationError as exc:
         exc.file = exc.file or label
@@ -2183,6 +2144,45 @@ def render_markdown(report: Report, chart: bool = True) -> str:
     parts += ["### Assumptions", _assumption_list(assumptions(report.document)), "### Notes"]
     parts.append("\n".join(f"- {note}" for note in notes))
     return "\n\n".join(parts) + "\n"
+
+
+class Assumption(NamedTuple):
+    path: str
+    value: object
+    source: str  # its `<key>_source`, else the `source` of the nearest object around it
+    group_source: str  # the `source` of its top-level section
+
+
+def assumptions(doc: object) -> tuple[Assumption, ...]:
+    """Every value of a (valid) calibration document with the source that documents it; not the ranges.
+
+    A list of objects (the curve points) gives one entry per object, its fields as compact JSON.
+    """
+    found: list[Assumption] = []
+
+    def source_of(node: dict[str, object], default: str) -> str:
+        value = node.get("source")
+        return value if isinstance(value, str) else default
+
+    def walk(node: object, path: PathSegments, source: str, group: str) -> None:
+        if isinstance(node, dict) and not (path and isinstance(path[-1], int)):
+            source = source_of(node, source)
+            for key, value in node.items():
+                if key in ("source", "note", "schema_version", "ranges") or key.endswith(("_source", "_note")):
+                    continue
+                own = node.get(f"{key}_source")
+                inner = source_of(value, "") if not path and isinstance(value, dict) else group
+                walk(value, (*path, key), own if isinstance(own, str) else source, inner)
+        elif isinstance(node, list) and any(isinstance(item, dict) for item in node):
+            for i, item in enumerate(node):
+                walk(item, (*path, i), source_of(item, source) if isinstance(item, dict) else source, group)
+        else:
+            if isinstance(node, dict):  # an object inside a list: its fields, less the documentation
+                node = {k: v for k, v in node.items() if k not in ("source", "note") and not k.endswith("_source")}
+            found.append(Assumption(format_path(path), node, source, group))
+
+    walk(doc, (), "", "")
+    return tuple(found)
 
 
 def _assumption_list(items: Sequence[Assumption]) -> str:
