@@ -128,8 +128,9 @@ CURVE_FITS = ("linear", "experts")
 class CalibrationError(ValueError):
     """Bad input: names the key path, what is wrong and what was expected.
 
-    The file is filled in where the document is known (`run`), so the model
-    and the validators need not carry it: str() gives `file: path: message`.
+    The file is filled in where the document is known (`build_report`), or
+    names the command-line option at fault, so the model and the validators
+    need not carry it: str() gives `file: path: message`.
     """
 
     def __init__(self, path: str, message: str, file: str = "") -> None:
@@ -833,19 +834,23 @@ def bandwidth_ratio(cal: Calibration) -> float:
     return cal.hardware.target.mem_bandwidth_tb_s / cal.hardware.reference.mem_bandwidth_tb_s
 
 
+def curve_segment(points: tuple[CurvePoint, ...], m: int) -> tuple[CurvePoint, CurvePoint]:
+    """The two points M is read between: its own segment inside the curve, the nearest end segment outside."""
+    if m <= points[0].m:
+        return points[0], points[1]
+    if m >= points[-1].m:
+        return points[-2], points[-1]
+    above = next(i for i, p in enumerate(points) if p.m >= m)
+    return points[above - 1], points[above]
+
+
 def curve_ms(points: tuple[CurvePoint, ...], m: int) -> tuple[float, bool]:
     """The reference-GPU MoE time at M, piecewise linear; (ms, extrapolated).
 
     Outside the points it extends the nearest end segment: with points
     (9, 8.85) and (32, 23.8), M = 33 gives 23.8 + 1 * 0.65 = 24.45 ms.
     """
-    if m <= points[0].m:
-        lo, hi = points[0], points[1]
-    elif m >= points[-1].m:
-        lo, hi = points[-2], points[-1]
-    else:
-        hi_index = next(i for i, p in enumerate(points) if p.m >= m)
-        lo, hi = points[hi_index - 1], points[hi_index]
+    lo, hi = curve_segment(points, m)
     slope_ms_per_token = (hi.ms - lo.ms) / (hi.m - lo.m)
     extrapolated = not points[0].m <= m <= points[-1].m
     return lo.ms + (m - lo.m) * slope_ms_per_token, extrapolated
@@ -971,6 +976,12 @@ def roofline(cal: Calibration) -> tuple[RooflinePoint, ...]:
     for p in cal.moe_curve.points:
         n_bytes = moe_bytes_per_gpu(model, cal.moe_curve.tp, p.m)
         peak_ms = read_ms(n_bytes, cal.hardware.reference.mem_bandwidth_tb_s)
+        if not math.isfinite(peak_ms / p.ms):
+            raise CalibrationError(
+                "hardware.reference.mem_bandwidth_tb_s",
+                f"reading {n_bytes:.4g} bytes at that bandwidth takes {peak_ms} ms; "
+                "expected a bandwidth of sensible size",
+            )
         rows.append(RooflinePoint(p.m, p.ms, p.basis, distinct_experts(model, p.m), n_bytes, peak_ms, peak_ms / p.ms))
     return tuple(rows)
 
@@ -1004,6 +1015,13 @@ def decompose(cal: Calibration) -> Decomposition:
     14.521 ms, MoE(9) = 8.85 / 4.444 = 1.991 ms, so SPEC = 5.270 ms.
     """
     anchors, dd = cal.anchors, cal.anchors.ddtree
+    ratio = bandwidth_ratio(cal)
+    if not 0 < ratio < math.inf:
+        raise CalibrationError(
+            "hardware",
+            f"target / reference bandwidth = {ratio:g}; "
+            "expected a finite, positive ratio (bandwidths of sensible size)",
+        )
     ar_step_ms = 1000.0 / anchors.ar_tok_s
     moe_ar = moe_time(cal, 1)
     attn_base_ms = ar_step_ms - moe_ar.ms
@@ -1031,7 +1049,7 @@ def decompose(cal: Calibration) -> Decomposition:
             f"{attn_base_ms:.4g} = {floor_ms:.4g} ms (ATTN_BASE from ar_tok_s = {anchors.ar_tok_s:g}); "
             f"expected SPEC >= 0, i.e. ddtree.tok_s at most {1000.0 * dd.accept / floor_ms:.4g}",
         )
-    return Decomposition(bandwidth_ratio(cal), ar_step_ms, moe_ar, attn_base_ms, ddtree_step_ms, moe_ddtree, spec_ms)
+    return Decomposition(ratio, ar_step_ms, moe_ar, attn_base_ms, ddtree_step_ms, moe_ddtree, spec_ms)
 
 
 class Drafter(NamedTuple):
@@ -1177,8 +1195,12 @@ def scenarios(cal: Calibration, dec: Decomposition) -> tuple[Scenario, ...]:
         moe = moe_time(cal, drafter.budget + 1)
         rows += [scenario(cal, dec, drafter, pipeline, a, moe) for a in drafter.accepts for pipeline in PIPELINES]
     for row in rows:
-        if not (math.isfinite(row.step_ms) and math.isfinite(row.tok_s)):
-            raise CalibrationError(row.label, "the step time is not finite; expected inputs of sensible size")
+        for name in ("moe_ms", "attn_base_ms", "spec_ms", "step_ms", "tok_s", "moe_floor_ms", "tok_s_ceiling"):
+            value = getattr(row, name)
+            if value is not None and not math.isfinite(value):
+                raise CalibrationError(
+                    row.label, f"{name} = {value}; expected a finite figure: inputs of sensible size"
+                )
     return tuple(rows)
 
 
@@ -2468,10 +2490,7 @@ def _explain_moe(cal: Calibration, moe: MoeTime) -> list[str]:
             f"{distinct:.2f} = {moe.reference_ms:.3f} ms (experts fit)"
         )
     elif not any(p.m == m for p in points):
-        lo, hi = (points[0], points[1]) if m < points[0].m else (points[-2], points[-1])
-        if points[0].m < m < points[-1].m:
-            i = next(i for i, p in enumerate(points) if p.m > m)
-            lo, hi = points[i - 1], points[i]
+        lo, hi = curve_segment(points, m)
         how = "extrapolated" if moe.extrapolated else "interpolated"
         lines.append(
             f"  curve({m}) = curve({lo.m}) + ({m} - {lo.m}) * (curve({hi.m}) - curve({lo.m})) / ({hi.m} - {lo.m}) = "
