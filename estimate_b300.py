@@ -1300,7 +1300,7 @@ def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str) -> Scenario:
 
 # --- Sweeps ---
 
-MAX_SWEEP_POINTS = 1_000_000
+MAX_SWEEP_POINTS = 100_000  # 800,000 scenarios, a 240 MB JSON document: plenty for a what-if
 
 
 class Sweep(NamedTuple):

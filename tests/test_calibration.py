@@ -311,8 +311,9 @@ def test_fuzzed_calibrations_succeed_or_fail_cleanly(
     path.write_text(json.dumps(doc))
     for fmt in ("json", "table"):
         run = run_main(capsys, "--calibration", str(path), "--format", fmt)
-        if run.code == 0:
-            assert run.out and run.err == ""
+        if run.code == 0:  # stderr may carry warnings about physically impossible inputs, nothing else
+            assert run.out
+            assert all(line.startswith("estimate_b300: warning: ") for line in run.err.splitlines())
         else:
             assert_clean_error(run, str(path))
 
