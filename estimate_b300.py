@@ -2517,7 +2517,18 @@ def terminal_columns() -> int:
 
 def _help_formatter(prog: str) -> argparse.HelpFormatter:
     # Given a width, argparse does not import shutil to find one.
-    return argparse.HelpFormatter(prog, width=terminal_columns() - 2)
+    return argparse.RawDescriptionHelpFormatter(prog, width=terminal_columns() - 2)
+
+
+EPILOG = """examples:
+  estimate_b300 --tablefmt github --no-chart
+  estimate_b300 --set native_engine.overhead_cut=0.3 --format json
+  estimate_b300 --sweep native_engine.overhead_cut=0.2:0.6:0.1 --format csv
+  estimate_b300 --sensitivity --scenario stronger/native@14
+  estimate_b300 --solve native_engine.overhead_cut --observed current/native=463
+
+exit status: 0 estimated (warnings, if any, on stderr); 2 bad calibration, option or usage
+(one message on stderr, nothing on stdout); 1 internal error."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -2525,6 +2536,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="estimate_b300",
         formatter_class=_help_formatter,
         description="Estimate Kimi K2.x + DDTree decode throughput on B300 from calibration.json.",
+        epilog=EPILOG,
     )
     add = parser.add_argument
     add("--calibration", metavar="PATH", help="calibration JSON to read (default: the one shipped beside the tool)")
