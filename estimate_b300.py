@@ -1787,6 +1787,12 @@ def _calibration_rows(est: Estimate) -> list[list[object]]:
     ]
 
 
+# Table formats that draw a two-line header as one header (the sweep's); the others get it on one line.
+MULTILINE_HEADER_FORMATS = {
+    *("plain", "simple", "grid", "simple_grid", "rounded_grid", "heavy_grid", "mixed_grid", "double_grid"),
+    *("fancy_grid", "outline", "simple_outline", "rounded_outline", "heavy_outline", "mixed_outline"),
+    *("double_outline", "fancy_outline", "presto", "pretty", "psql", "rst"),
+}
 SCENARIO_HEADERS = ["MoE ms", "ATTN_BASE ms", "SPEC ms", "step ms", "tok/s", "vs AR"]
 NUMERIC_HEADER_WORDS = {
     *("ms", "tok/s", "AR", "accept", "step", "needed", "match", "low", "high", "swing", "alpha", "M"),
@@ -1830,6 +1836,8 @@ class _Tables:
 
         cells = [[f"{c:.2f}" if isinstance(c, float) else c for c in r] for r in rows]
         align = ["right" if h.split()[-1] in NUMERIC_HEADER_WORDS else "left" for h in headers]
+        if self.tablefmt not in MULTILINE_HEADER_FORMATS:  # a pipe table's header is one line, say
+            headers = [h.replace("\n", " ") for h in headers]
         text: str = tabulate(
             cells, headers=headers, tablefmt=self.tablefmt, colalign=align, missingval="", disable_numparse=True
         )

@@ -227,3 +227,12 @@ def test_csv_refuses_sensitivity_rather_than_dropping_it(capsys: pytest.CaptureF
 def test_no_chart_leaves_the_mermaid_block_out(capsys: pytest.CaptureFixture[str]) -> None:
     assert "```mermaid" in run_main(capsys, "--format", "markdown").out
     assert "```mermaid" not in run_main(capsys, "--format", "markdown", "--no-chart").out
+
+
+def test_markdown_sweep_table_has_a_one_line_header(capsys: pytest.CaptureFixture[str]) -> None:
+    """A pipe table's header must be one line followed by the delimiter row, or GitHub shows no table."""
+    out = run_main(capsys, "--format", "markdown", "--sweep", "native_engine.overhead_cut=0.2,0.4").out
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| native_engine.overhead_cut"))
+    assert lines[header + 1].startswith("|---")
+    assert "current/sglang step ms" in lines[header]
