@@ -110,15 +110,16 @@ def test_default_calibration_is_found_from_any_directory(tmp_path: Path) -> None
 
 
 def test_json_run_does_not_import_tabulate() -> None:
+    """A fresh interpreter runs main() for JSON, then lists what it imported (main, not cli: cli ends the process)."""
     code = (
-        "import sys, runpy; sys.argv = ['estimate_b300', '--format', 'json'];"
-        f"\ntry: runpy.run_path({str(SCRIPT)!r}, run_name='__main__')"
-        "\nexcept SystemExit: pass"
-        "\nassert 'tabulate' not in sys.modules, 'tabulate imported'"
-        "\nassert 'difflib' not in sys.modules, 'difflib imported'"
+        f"import sys, io; sys.path.insert(0, {str(ROOT)!r}); import estimate_b300"
+        "\nout, sys.stdout = sys.stdout, io.StringIO(); code = estimate_b300.main(['--format', 'json'])"
+        "\nsys.stdout = out; heavy = sorted({'tabulate', 'difflib', 'typing', 'hashlib', 'shutil'} & set(sys.modules))"
+        "\nprint(code, heavy)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0 []"
 
 
 def test_pep723_header_names_tabulate() -> None:
