@@ -1143,6 +1143,7 @@ class BreakEven(NamedTuple):
     accept: float | None  # None: it cannot break even inside the tree
     tok_s_to_match: float
     reason: str | None
+    stronger_step_ms: float  # accept = tok_s_to_match * stronger_step_ms / 1000
 
 
 class Estimate(NamedTuple):
@@ -1182,9 +1183,9 @@ def break_even(cal: Calibration, dec: Decomposition) -> tuple[BreakEven, ...]:
             accept = tok_s * step / 1000.0
             if accept > limit:
                 reason = f"it would need accept {accept:.3g}, above the tree's limit {bound}"
-                rows.append(BreakEven(pipeline, versus, None, tok_s, reason))
+                rows.append(BreakEven(pipeline, versus, None, tok_s, reason, step))
             else:
-                rows.append(BreakEven(pipeline, versus, accept, tok_s, None))
+                rows.append(BreakEven(pipeline, versus, accept, tok_s, None, step))
     return tuple(rows)
 
 
@@ -2405,9 +2406,7 @@ def render_explain(report: Report) -> str:
             )
 
     out += ["", "Break-even accept of the stronger drafter (its step does not depend on accept)"]
-    stronger = drafter_of["stronger"]
     for be in est.break_even:
-        step = scenario(cal, dec, stronger, be.pipeline, 1.0).step_ms
         if be.versus == "autoregressive":
             kept = _kept(cal, be.pipeline)
             say(
@@ -2427,7 +2426,7 @@ def render_explain(report: Report) -> str:
         say(
             f"{PIPELINE_LABELS[be.pipeline]} accept to match {be.versus}",
             "tok/s to match * stronger step / 1000",
-            f"{be.tok_s_to_match:.3f} * {step:.3f} / 1000",
+            f"{be.tok_s_to_match:.3f} * {be.stronger_step_ms:.3f} / 1000",
             needed,
         )
 
