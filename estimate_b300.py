@@ -2510,16 +2510,28 @@ def _explain_moe(cal: Calibration, moe: MoeTime) -> list[str]:
 # === Command line ===
 
 
+def _columns_set() -> int | None:
+    """$COLUMNS as a whole number, or None when it is unset or not a number."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        return None
+
+
 def terminal_columns() -> int:
     """$COLUMNS when set, else the terminal's width, else 80; without shutil (2 ms of start-up)."""
-    try:
-        return max(int(os.environ["COLUMNS"]), 20)
-    except (KeyError, ValueError):
-        pass
+    if (columns := _columns_set()) is not None:
+        return max(columns, 20)
     try:
         return os.get_terminal_size((sys.__stdout__ or sys.stdout).fileno()).columns
     except (AttributeError, ValueError, OSError):
         return 80
+
+
+def chart_columns() -> int:
+    """$COLUMNS when it is set (60 at the least), else 80: the chart's width does not follow the terminal."""
+    columns = _columns_set()
+    return 80 if columns is None else max(columns, 60)
 
 
 def _help_formatter(prog: str) -> argparse.HelpFormatter:
@@ -2626,14 +2638,6 @@ def render(report: Report, args: argparse.Namespace, ascii_only: bool) -> str:
     if args.format == "csv":
         return render_csv(report)
     return render_tables(report, args.tablefmt, 0 if args.no_chart else chart_columns(), ascii_only)
-
-
-def chart_columns() -> int:
-    """$COLUMNS when it is set to a sensible width, else 80: the chart's width does not follow the terminal."""
-    try:
-        return max(int(os.environ["COLUMNS"]), 60)
-    except (KeyError, ValueError):
-        return 80
 
 
 def _can_print(text: str) -> bool:
