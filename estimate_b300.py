@@ -1534,23 +1534,28 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
     return Solution(key, roots[0], previous, observed, label, "bisection", tuple(roots[1:]))
 
 
+def _span(domain: Domain, value: float) -> float:
+    """How far to look above the domain's low end: its width when bounded, else the value's distance from it."""
+    if math.isfinite(domain.high):
+        return domain.high - domain.low
+    return value - domain.low if value > domain.low else 1.0
+
+
 def _probes(domain: Domain, value: float) -> tuple[float, float, float]:
     """Three well-spread points inside a domain, for the linearity check."""
-    if math.isfinite(domain.high):
-        width = domain.high - domain.low
-        return domain.low + 0.1 * width, domain.low + 0.5 * width, domain.low + 0.9 * width
-    offset = value - domain.low if value > domain.low else 1.0
-    return domain.low + 0.5 * offset, domain.low + offset, domain.low + 2.0 * offset
+    span = _span(domain, value)
+    factors = (0.1, 0.5, 0.9) if math.isfinite(domain.high) else (0.5, 1.0, 2.0)
+    low, mid, high = (domain.low + f * span for f in factors)
+    return low, mid, high
 
 
 def _scan_grid(domain: Domain, value: float) -> list[float]:
     """Points across a domain: 401 evenly spaced when it is bounded; else geometric, 2^-20 to 2^20 around value."""
+    span = _span(domain, value)
     if math.isfinite(domain.high):
-        width = domain.high - domain.low
-        grid = [domain.low + width * i / 400 for i in range(401)]
+        grid = [domain.low + span * i / 400 for i in range(401)]
     else:
-        offset = value - domain.low if value > domain.low else 1.0
-        grid = [domain.low + offset * 2.0 ** (k / 8) for k in range(-160, 161)]
+        grid = [domain.low + span * 2.0 ** (k / 8) for k in range(-160, 161)]
     return [v for v in grid if v in domain]
 
 
