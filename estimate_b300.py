@@ -827,6 +827,7 @@ class MoeTime(NamedTuple):
     reference_ms: float  # curve(M) on the reference GPU
     ms: float  # on the target: reference_ms / bandwidth_ratio
     extrapolated: bool  # M lies outside the curve's points
+    floor_ms: float | None  # the weight read at 100% of the target's bandwidth (needs `model`)
 
 
 def bandwidth_ratio(cal: Calibration) -> float:
@@ -869,7 +870,10 @@ def moe_time(cal: Calibration, m: int) -> MoeTime:
             f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {curve.fit}) at M = {m} gives "
             f"{reference_ms:.4g} ms; expected a positive time: add a measured point nearer M = {m}",
         )
-    return MoeTime(m, reference_ms, reference_ms / bandwidth_ratio(cal), extrapolated)
+    floor_ms = None
+    if cal.model:
+        floor_ms = read_ms(moe_bytes_per_gpu(cal.model, curve.tp, m), cal.hardware.target.mem_bandwidth_tb_s)
+    return MoeTime(m, reference_ms, reference_ms / bandwidth_ratio(cal), extrapolated, floor_ms)
 
 
 # --- The physical cross-check: bytes the MoE must read ---
@@ -1111,10 +1115,6 @@ def scenario(
     attn_base_ms = kept * drafter.attn_base_scale * dec.attn_base_ms
     spec_ms = kept * drafter.spec_scale * dec.spec_ms
     step_ms = moe.ms + attn_base_ms + spec_ms
-    floor_ms = None
-    if cal.model:
-        n_bytes = moe_bytes_per_gpu(cal.model, cal.moe_curve.tp, moe.m)
-        floor_ms = read_ms(n_bytes, cal.hardware.target.mem_bandwidth_tb_s)
     return Scenario(
         drafter=drafter.name,
         pipeline=pipeline,
@@ -1130,8 +1130,8 @@ def scenario(
         tok_s=1000.0 * accept / step_ms,
         moe_extrapolated=moe.extrapolated,
         measured=drafter.name == "current" and pipeline == "sglang",
-        moe_floor_ms=floor_ms,
-        tok_s_ceiling=1000.0 * accept / floor_ms if floor_ms else None,
+        moe_floor_ms=moe.floor_ms,
+        tok_s_ceiling=1000.0 * accept / moe.floor_ms if moe.floor_ms else None,
     )
 
 
