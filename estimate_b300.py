@@ -4,134 +4,70 @@
 # ///
 """Estimate Kimi K2.x decode throughput with DDTree speculative decoding on B300.
 
-What it estimates
------------------
-Tokens per second at concurrency 1 for the DDTree pipeline (a block-diffusion
-drafter proposes a token tree; the target model verifies the tree in one
-forward pass of M = budget + 1 tokens and commits `accept` tokens on average),
-for the current drafter and for a stronger one, on today's SGLang pipeline and
-on the native C++/CUDA engine.
+What it estimates: tokens per second at concurrency 1 when a block-diffusion
+drafter proposes a token tree and the target model verifies it in one forward
+pass of M = budget + 1 tokens, committing `accept` tokens a step on average;
+for the current drafter and a stronger one, on today's SGLang pipeline and on
+the native C++/CUDA engine.
 
-How it estimates
-----------------
-One decode step on the target GPU is split into three parts:
+How: a decode step on the target GPU is split into MoE(M) + ATTN_BASE + SPEC.
+The MoE time is a curve measured on a reference GPU, scaled by memory
+bandwidth; ATTN_BASE and SPEC are what is left of two throughputs measured on
+the target. The section "The model" holds every formula, each written once as
+text that is also what computes it; the derivation is handed over as data,
+which --explain prints line by line:
 
-    MoE(M)     = curve(M) / bandwidth_ratio      the routed-expert forward
-    ATTN_BASE  = 1000 / ar_tok_s - MoE(1)        everything else in an AR step
-    SPEC       = 1000 * accept / tok_s           draft, tree build, extra verify
-                 - MoE(budget + 1) - ATTN_BASE
+>>> est = estimate(parse_calibration(read_document(default_calibration_path())[0]))
+>>> for figure in (est.decomposition.attn_base, est.decomposition.spec):
+...     print(explain_line(figure))
+  ATTN_BASE = AR step - MoE(1) = 7.519 - 0.259 = 7.26 ms
+  SPEC = DDTree step - MoE(9) - ATTN_BASE = 14.521 - 1.991 - 7.260 = 5.27 ms
 
-`curve` is the MoE forward time measured on a reference GPU (piecewise linear
-in M, extrapolated along the end segments), and bandwidth_ratio is the target's
-memory bandwidth over the reference's: the MoE forward is bandwidth-bound.
-The two anchors (`ar_tok_s`, the DDTree `tok_s` at `accept`) are measured on
-the target itself. A scenario's step is
+Where the numbers come from: calibration.json (beside this file, or
+--calibration PATH) holds every input with a source saying whether it was
+measured, inferred or assumed. The code holds formulas only.
 
-    SGLang:  MoE(M) + a * ATTN_BASE + s * SPEC
-    native:  MoE(M) + (1 - overhead_cut) * (a * ATTN_BASE + s * SPEC)
-
-with a = s = 1 for the current drafter, and tok/s = 1000 * accept / step_ms.
-
-Where the numbers come from
----------------------------
-Every input lives in calibration.json (next to this file, or --calibration
-PATH), each with a source saying whether it was measured, inferred or
-assumed. The code holds formulas only. An optional `model` section (the
-target model's MoE geometry) adds a physical cross-check: the bytes each step
-must read, the bandwidth efficiency the curve implies, and the weight-read
-floor under every estimate.
-
-Run it
-------
-    python estimate_b300.py                        # the tables and a breakdown chart
-    python estimate_b300.py --format json          # one JSON object, full precision
-    python estimate_b300.py --format markdown      # a document for design notes
-    python estimate_b300.py --format csv           # one row per scenario
-    python estimate_b300.py --explain              # the derivation, one figure a line
+Run it:
+    python estimate_b300.py                      # tables and a breakdown chart
+    python estimate_b300.py --format json        # also markdown, csv; --explain for the derivation
     python estimate_b300.py --set native_engine.overhead_cut=0.3
     python estimate_b300.py --sweep native_engine.overhead_cut=0.2:0.6:0.1
-    python estimate_b300.py --sensitivity          # tornado and uncertainty band
+    python estimate_b300.py --sensitivity
     python estimate_b300.py --solve native_engine.overhead_cut --observed current/native=463
 
-Bad input exits with status 2 and one message on stderr naming the file and
-the key path; nothing is printed on stdout and no file is ever written.
+Bad input exits with status 2 and one line on stderr naming the file, the
+option and the key path; nothing is printed on stdout and no file is written.
 
-The file reads top to bottom: loading and validating the calibration, the
-model (with the physical cross-check), the analyses (overrides, sweeps,
-sensitivity, solving, warnings), one run's report, rendering (tables, chart,
-JSON, Markdown, CSV, --explain), and the command line.
+The file reads top to bottom: the calibration's records; the model; loading and
+validating the calibration; key paths; the analyses (overrides, sweeps, sensitivity,
+solving, warnings); one run's report; rendering; the command line.
 """
 
 import argparse
 import functools
+import hashlib
 import itertools
 import json
 import math
 import os
 import sys
-from collections import namedtuple
-from collections.abc import Callable, Sequence
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; type checkers read it as True
-
-if TYPE_CHECKING:
-    from typing import NamedTuple, TypeVar
-
-    T = TypeVar("T")
-else:
-
-    class _NamedTupleMeta(type):
-        """typing.NamedTuple's class syntax on collections.namedtuple.
-
-        The records of this file are named tuples; building 30 of them through
-        typing costs about 2 ms of start-up (importing typing included), a
-        tenth of a --format json run. This keeps the class syntax and the type
-        checking (mypy reads typing.NamedTuple above) and skips that cost.
-        """
-
-        def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, object]) -> type:
-            if not bases:
-                return super().__new__(mcls, name, bases, ns)
-            fields = list(ns.get("__annotations__", {}))
-            defaults = [ns[field] for field in fields if field in ns]
-            record = namedtuple(name, fields, defaults=defaults, module=ns["__module__"])
-            extra = {k: v for k, v in ns.items() if k not in fields and k != "__annotations__"}
-            return type(name, (record,), {**extra, "__slots__": ()})
-
-    class NamedTuple(metaclass=_NamedTupleMeta):
-        pass
-
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 __version__ = "1.0.0"
 
 SCHEMA_VERSION = 1
-DEFAULT_CALIBRATION_NAME = "calibration.json"
-# Where a non-editable `pip install .` puts the default calibration (pyproject's shared-data).
-INSTALLED_DATA_DIR = os.path.join("share", "estimate-b300")
-
-# A whole number above this (a curve's M, a block, a budget, a TP degree) is
-# not a meaningful decode step at concurrency 1, and it keeps every later
-# float conversion finite.
-MAX_COUNT = 1_000_000
-
-# Relative size below which a difference is float rounding, not a conflict in the data.
-ROUNDING = 1e-12
-
 DRAFTERS = ("current", "stronger")
 PIPELINES = ("sglang", "native")
 PIPELINE_LABELS = {"sglang": "SGLang", "native": "native engine"}
-FORMATS = ("table", "json", "markdown", "csv")
 POINT_BASES = ("measured", "inferred", "assumed")
 CURVE_FITS = ("linear", "experts")
+MAX_COUNT = 1_000_000  # the largest M, block, budget or TP: far past any decode step at concurrency 1
+ROUNDING = 1e-12  # a relative difference this small is float rounding, not a conflict in the data
 
 
 class CalibrationError(ValueError):
-    """Bad input: names the key path, what is wrong and what was expected.
-
-    The file is filled in where the document is known (`build_report`), or
-    names the command-line option at fault, so the model and the validators
-    need not carry it: str() gives `file: path: message`.
-    """
+    """Bad input: the key path, what is wrong and what was expected; `file` names the file or option at fault."""
 
     def __init__(self, path: str, message: str, file: str = "") -> None:
         super().__init__(path, message)
@@ -141,7 +77,7 @@ class CalibrationError(ValueError):
         return ": ".join(part for part in (self.file, self.path, self.message) if part)
 
 
-# === Loading and validating the calibration ===
+# === The calibration: typed records that mirror calibration.json ===
 
 
 class Gpu(NamedTuple):
@@ -152,27 +88,6 @@ class Gpu(NamedTuple):
 class Hardware(NamedTuple):
     reference: Gpu  # where the MoE curve was measured
     target: Gpu  # where the anchors were measured and the estimate is made
-
-
-class CurvePoint(NamedTuple):
-    m: int  # tokens in the batch
-    ms: float  # MoE forward time on the reference GPU
-    basis: str  # one of POINT_BASES
-
-
-class ExpertsFit(NamedTuple):
-    """ms = t0_ms + t_expert_ms * distinct(M), least squares over the curve's points."""
-
-    t0_ms: float
-    t_expert_ms: float  # per distinct routed expert per layer touched by the batch
-    residuals_ms: tuple[tuple[int, float], ...]  # (M, measured - fitted) at each point
-
-
-class MoeCurve(NamedTuple):
-    tp: int
-    points: tuple[CurvePoint, ...]  # sorted by m, at least two
-    fit: str  # one of CURVE_FITS: how MoE(M) is read from the points
-    experts_fit: ExpertsFit | None  # the fit, when fit == "experts"
 
 
 class ModelGeometry(NamedTuple):
@@ -190,9 +105,18 @@ class ModelGeometry(NamedTuple):
     scale_bits: int
     curve_includes_shared_expert: bool  # the curve times the shared expert too (read at 16 bits)
 
-    @property
-    def moe_layers(self) -> int:
-        return self.layers - self.dense_layers
+
+class CurvePoint(NamedTuple):
+    m: int  # tokens in the batch
+    ms: float  # MoE forward time on the reference GPU
+    basis: str  # one of POINT_BASES
+    position: int  # its place in the file: moe_curve.points[position]
+
+
+class MoeCurve(NamedTuple):
+    tp: int
+    points: tuple[CurvePoint, ...]  # sorted by m, at least two
+    fit: str  # one of CURVE_FITS: how MoE(M) is read from the points
 
 
 class DdtreeAnchor(NamedTuple):
@@ -208,7 +132,7 @@ class Anchors(NamedTuple):
 
 
 class NativeEngine(NamedTuple):
-    overhead_cut: float  # fraction of the non-MoE time the native engine removes
+    overhead_cut: float  # the share of the non-MoE time the native engine removes
 
 
 class StrongerDrafter(NamedTuple):
@@ -217,28 +141,6 @@ class StrongerDrafter(NamedTuple):
     accept: tuple[float, ...]
     attn_base_scale: float
     spec_scale: float
-
-
-class Domain(NamedTuple):
-    """The values a number in the calibration may take: what --solve searches and ranges must respect."""
-
-    low: float
-    high: float
-    low_open: bool
-    high_open: bool
-    integer: bool = False
-
-    def __contains__(self, value: object) -> bool:
-        if not isinstance(value, (int, float)):
-            return False
-        above = value > self.low or (not self.low_open and value == self.low)
-        below = value < self.high or (not self.high_open and value == self.high)
-        return above and below
-
-    def describe(self) -> str:
-        if self.integer:
-            return f"a whole number from {self.low:g} to {self.high:,.0f}"
-        return _number_expected(*self[:4])
 
 
 class Range(NamedTuple):
@@ -251,78 +153,665 @@ class Range(NamedTuple):
     source: str
 
 
+class Domain(NamedTuple):
+    """The values a number of the calibration may take: checked on load, searched by --solve."""
+
+    low: float = 0.0
+    high: float = math.inf
+    low_open: bool = True
+    high_open: bool = True
+    integer: bool = False
+
+    def __contains__(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        above = value > self.low or (not self.low_open and value == self.low)
+        return above and (value < self.high or (not self.high_open and value == self.high))
+
+    def describe(self) -> str:
+        """In words: Domain() -> 'a number > 0'."""
+        if self.integer:
+            return f"a whole number from {self.low:g} to {self.high:,.0f}"
+        bounds = [f"{'>' if self.low_open else '>='} {self.low:g}"] if self.low > -math.inf else []
+        bounds += [f"{'<' if self.high_open else '<='} {self.high:g}"] if self.high < math.inf else []
+        return f"a number {' and '.join(bounds)}".rstrip()
+
+
+POSITIVE = Domain()
+ANY_NUMBER = Domain(-math.inf)
+COUNT = Domain(1, MAX_COUNT, False, False, integer=True)
+
+
 class Calibration(NamedTuple):
     hardware: Hardware
+    model: ModelGeometry | None  # None: no `model` section, no physical cross-check
     moe_curve: MoeCurve
     anchors: Anchors
     native_engine: NativeEngine
     stronger_drafter: StrongerDrafter
-    ranges: tuple[Range, ...]
+    ranges: tuple[Range, ...] | None  # None: no `ranges` section, so no --sensitivity
     domains: dict[str, Domain]  # every number read, by key path: what --solve and ranges may vary
-    model: ModelGeometry | None  # None: no `model` section, no physical cross-check
 
 
-_REQUIRED = object()
+# === The model ===
+#
+# One decode step on the target GPU, in milliseconds, and the throughput it gives:
+#
+#     step  = MoE(M) + kept * (attn_base_scale * ATTN_BASE + spec_scale * SPEC)
+#     tok/s = 1000 * accept / step
+#
+# MoE(M) is the reference GPU's curve at the verify batch M = budget + 1, divided by the bandwidth
+# ratio. ATTN_BASE and SPEC are what is left of the two anchors measured on the target. `kept` is 1
+# on SGLang and 1 - overhead_cut on the native engine; both scales are 1 for the current drafter.
 
 
-def _show(value: object) -> str:
-    """A short rendering of a JSON value for an error message: 40 -> '40'."""
+class Figure(NamedTuple):
+    """One number of the estimate and how it was reached: `name = formula = value`.
+
+    A number read from the calibration has no formula; `path` is its key path.
+    """
+
+    name: str
+    value: float
+    unit: str  # one of FIGURE_FORMATS
+    formula: str = ""  # arithmetic over the names of the inputs; ^ is a power
+    inputs: tuple["Figure", ...] = ()
+    path: str = ""
+
+
+def given(name: str, value: float, unit: str = "", path: str = "") -> Figure:
+    """An input: a number from the calibration (at `path`), or one fixed by definition."""
+    return Figure(name, value, unit, path=path)
+
+
+def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
+    """A figure computed by its formula: the text, with the inputs' values for their names, is what runs.
+
+    >>> derive("AR step", "1000 / ar_tok_s", "ms", given("ar_tok_s", 125)).value
+    8.0
+    """
+    compute = _COMPILED.get(formula) or _compile(formula, inputs)
+    try:
+        value = float(compute(inputs))
+    except ArithmeticError:  # a division by zero or an overflow: checked where the figure is used
+        value = math.nan
+    return Figure(name, value, unit, formula, inputs)
+
+
+_COMPILED: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # formula text -> the function it spells
+
+
+def _compile(formula: str, inputs: tuple[Figure, ...]) -> Callable[[tuple[Figure, ...]], float]:
+    """'AR step - MoE(1)' -> lambda v: v[0].value - v[1].value. A formula text always names the same inputs."""
+    index = {f.name: i for i, f in enumerate(inputs)}
+    code = replace_names(formula, index, lambda name: f"v[{index[name]}].value").replace("^", "**")
+    if len(_COMPILED) > 4096:  # formulas that name an M (curve(33)) are many in a sweep of budgets
+        _COMPILED.clear()
+    compute: Callable[[tuple[Figure, ...]], float] = eval(f"lambda v: {code}", {"__builtins__": {}})
+    _COMPILED[formula] = compute
+    return compute
+
+
+def replace_names(formula: str, names: Iterable[str], by: Callable[[str], str]) -> str:
+    """The formula with each name that stands as a whole word replaced; a longer name goes first.
+
+    >>> replace_names("DDTree step - step", ["step", "DDTree step"], str.upper)
+    'DDTREE STEP - STEP'
+    """
+    spans: dict[int, tuple[int, str]] = {}  # start -> (end, name)
+    for name in sorted(names, key=len, reverse=True):
+        start = formula.find(name)
+        while start >= 0:
+            end = start + len(name)
+            whole_word = all(
+                k in (-1, len(formula)) or not (formula[k].isalnum() or formula[k] in "_.") for k in (start - 1, end)
+            )
+            if whole_word and not any(s <= start < e or start <= s < end for s, (e, _) in spans.items()):
+                spans[start] = (end, name)
+            start = formula.find(name, start + 1)
+    out, i = [], 0
+    for start in sorted(spans):
+        end, name = spans[start]
+        out += [formula[i:start], by(name)]
+        i = end
+    return "".join([*out, formula[i:]])
+
+
+def bandwidth_ratio(cal: Calibration) -> Figure:
+    """Target over reference memory bandwidth: 8.0 / 1.8 = 4.444 for B300 vs RTX PRO 6000."""
+    ratio = derive("bandwidth ratio", "target bandwidth / reference bandwidth", "ratio", *_bandwidths(cal))
+    if not 0 < ratio.value < math.inf:
+        raise CalibrationError(
+            "hardware", f"target / reference bandwidth = {ratio.value:g}; expected a finite, positive ratio "
+            "(bandwidths of sensible size)"
+        )  # fmt: skip
+    return ratio
+
+
+def _bandwidths(cal: Calibration) -> tuple[Figure, Figure]:
+    """The target's and the reference GPU's memory bandwidth, as inputs."""
+    target, reference = cal.hardware.target.mem_bandwidth_tb_s, cal.hardware.reference.mem_bandwidth_tb_s
+    return (
+        given("target bandwidth", target, "TB/s", "hardware.target.mem_bandwidth_tb_s"),
+        given("reference bandwidth", reference, "TB/s", "hardware.reference.mem_bandwidth_tb_s"),
+    )
+
+
+class MoeTime(NamedTuple):
+    m: int
+    time: Figure  # MoE(M) on the target, from curve(M) on the reference GPU
+    extrapolated: bool  # M lies outside the curve's points
+    floor: Figure | None  # the weight read at 100% of the target's bandwidth (needs `model`)
+
+
+def moe_time(cal: Calibration, m: int, ratio: Figure) -> MoeTime:
+    """MoE(M) = curve(M) / bandwidth ratio: the MoE forward is bandwidth-bound."""
+    curve = curve_at(cal, m)
+    if not curve.value > 0:
+        ms = [p.m for p in cal.moe_curve.points]
+        raise CalibrationError(
+            "moe_curve.points", f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {cal.moe_curve.fit}) at M = {m} "
+            f"gives {curve.value:.4g} ms; expected a positive time: add a measured point nearer M = {m}"
+        )  # fmt: skip
+    points, floor = cal.moe_curve.points, None
+    if cal.model:
+        read = moe_gb_per_gpu(cal.model, cal.moe_curve.tp, m)
+        floor = derive("MoE floor", f"{read.name} / target bandwidth", "ms", read, _bandwidths(cal)[0])
+    time = derive(f"MoE({m})", f"{curve.name} / bandwidth ratio", "ms", curve, ratio)
+    return MoeTime(m, time, not points[0].m <= m <= points[-1].m, floor)
+
+
+def curve_at(cal: Calibration, m: int) -> Figure:
+    """curve(M): a measured point, the straight line through the nearest two, or the experts fit.
+
+    Outside the points the nearest end segment goes on: with (9, 8.85) and (32, 23.8),
+    curve(33) = 8.85 + (33 - 9) * (23.8 - 8.85) / (32 - 9) = 24.45 ms.
+    """
+    curve = cal.moe_curve
+    if curve.fit == "experts" and cal.model:
+        fit, distinct = fit_experts(curve.points, cal.model), distinct_experts(cal.model, m)
+        return derive(f"curve({m})", f"t0 + t_expert * {distinct.name}", "ms", fit.t0, fit.t_expert, distinct)
+    point = next((p for p in curve.points if p.m == m), None)
+    if point:
+        return point_figure(point)
+    lo, hi = curve_segment(curve.points, m)
+    formula = f"curve({lo.m}) + ({m} - {lo.m}) * (curve({hi.m}) - curve({lo.m})) / ({hi.m} - {lo.m})"
+    return derive(f"curve({m})", formula, "ms", point_figure(lo), point_figure(hi))
+
+
+def curve_segment(points: tuple[CurvePoint, ...], m: int) -> tuple[CurvePoint, CurvePoint]:
+    """The two points M is read between: its own segment inside the curve, the nearest end segment outside."""
+    above = next((i for i, p in enumerate(points) if p.m >= m), len(points) - 1)
+    return points[max(above, 1) - 1], points[max(above, 1)]
+
+
+def point_figure(p: CurvePoint) -> Figure:
+    return given(f"curve({p.m})", p.ms, "ms", f"moe_curve.points[{p.position}].ms")
+
+
+class Decomposition(NamedTuple):
+    """The calibration step: the two measured anchors split into MoE, ATTN_BASE and SPEC."""
+
+    bandwidth_ratio: Figure
+    ar_tok_s: Figure
+    ddtree_tok_s: Figure
+    ar_step: Figure
+    moe_ar: MoeTime  # MoE(1)
+    attn_base: Figure
+    ddtree_step: Figure
+    moe_ddtree: MoeTime  # MoE(budget + 1)
+    spec: Figure
+    overhead: Figure
+    shares: dict[str, Figure]  # each part as a share of the DDTree step, by the part's name
+
+
+def decompose(cal: Calibration) -> Decomposition:
+    """Split the anchors: AR step - MoE(1) leaves ATTN_BASE; DDTree step - MoE(M) - ATTN_BASE leaves SPEC."""
+    anchors, dd = cal.anchors, cal.anchors.ddtree
+    ratio = bandwidth_ratio(cal)
+    ar_tok_s = given("ar_tok_s", anchors.ar_tok_s, "tok/s", "anchors.ar_tok_s")
+    accept = given("accept", dd.accept, "tokens", "anchors.ddtree.accept")
+    tok_s = given("tok_s", dd.tok_s, "tok/s", "anchors.ddtree.tok_s")
+    moe_ar, moe_dd = moe_time(cal, 1, ratio), moe_time(cal, dd.budget + 1, ratio)
+    moe_1, moe_m = moe_ar.time, moe_dd.time
+
+    ar_step = derive("AR step", "1000 / ar_tok_s", "ms", ar_tok_s)
+    attn_base = derive("ATTN_BASE", "AR step - MoE(1)", "ms", ar_step, moe_1)
+    ddtree_step = derive("DDTree step", "1000 * accept / tok_s", "ms", accept, tok_s)
+    spec = derive("SPEC", f"DDTree step - {moe_m.name} - ATTN_BASE", "ms", ddtree_step, moe_m, attn_base)
+    overhead = derive("overhead", "ATTN_BASE + SPEC", "ms", attn_base, spec)
+
+    if not attn_base.value > 0:
+        raise CalibrationError(
+            "anchors.ar_tok_s", f"the measured anchors conflict with the MoE curve: {anchors.ar_tok_s:g} tok/s is a "
+            f"{ar_step.value:.4g} ms step, but MoE(1) alone takes {moe_1.value:.4g} ms on {cal.hardware.target.name}, "
+            f"leaving ATTN_BASE = {attn_base.value:.4g} ms; expected ATTN_BASE > 0, i.e. ar_tok_s below "
+            f"{1000.0 / moe_1.value:.4g} (or a smaller curve(1), or a faster target)"
+        )  # fmt: skip
+    if -ROUNDING * ddtree_step.value <= spec.value < 0:  # anchors exactly at the boundary, less float rounding
+        spec = spec._replace(value=0.0)
+    if spec.value < 0:
+        verify = moe_m.value + attn_base.value
+        raise CalibrationError(
+            "anchors.ddtree.tok_s", f"the measured anchors conflict by {-spec.value:.4g} ms: DDTree at {dd.tok_s:g} "
+            f"tok/s with accept {dd.accept:g} is a {ddtree_step.value:.4g} ms step, faster than its verify alone, "
+            f"{moe_m.name} + ATTN_BASE = {moe_m.value:.4g} + {attn_base.value:.4g} = {verify:.4g} ms (ATTN_BASE from "
+            f"ar_tok_s = {anchors.ar_tok_s:g}); expected SPEC >= 0, i.e. ddtree.tok_s at most "
+            f"{1000.0 * dd.accept / verify:.4g}"
+        )  # fmt: skip
+    shares = {
+        part.name: derive(f"share of {part.name}", f"{part.name} / DDTree step", "%", part, ddtree_step)
+        for part in (ddtree_step, moe_m, attn_base, spec, overhead)
+    }
+    return Decomposition(
+        ratio, ar_tok_s, tok_s, ar_step, moe_ar, attn_base, ddtree_step, moe_dd, spec, overhead, shares
+    )
+
+
+class Drafter(NamedTuple):
+    """A drafter as the model sees it: tree shape, accept lengths, and how its overhead scales."""
+
+    name: str  # one of DRAFTERS
+    block: int
+    budget: int
+    accepts: tuple[Figure, ...]
+    attn_base_scale: Figure  # ATTN_BASE grows with the verify batch
+    spec_scale: Figure  # draft + tree cost relative to the calibration drafter
+
+
+def drafters(cal: Calibration) -> tuple[Drafter, Drafter]:
+    """The current drafter (the DDTree anchor itself, both scales 1) and the stronger one."""
+    dd, sd = cal.anchors.ddtree, cal.stronger_drafter
+    current = (given("accept", dd.accept, "tokens", "anchors.ddtree.accept"),)
+    stronger = tuple(given("accept", a, "tokens", f"stronger_drafter.accept[{i}]") for i, a in enumerate(sd.accept))
+    scales = [given(key, getattr(sd, key), "", f"stronger_drafter.{key}") for key in ("attn_base_scale", "spec_scale")]
+    return (
+        Drafter("current", dd.block, dd.budget, current, given("attn_base_scale", 1.0), given("spec_scale", 1.0)),
+        Drafter("stronger", sd.block, sd.budget, stronger, *scales),
+    )
+
+
+def kept(cal: Calibration, pipeline: str) -> Figure:
+    """The share of the non-MoE time a pipeline keeps: all of it on SGLang, 1 - overhead_cut natively."""
+    if pipeline == "sglang":
+        return given("kept", 1.0)
+    cut = given("overhead_cut", cal.native_engine.overhead_cut, "", "native_engine.overhead_cut")
+    return derive("kept", "1 - overhead_cut", "", cut)
+
+
+class Step(NamedTuple):
+    """One drafter's step on one pipeline: it does not depend on the accept length."""
+
+    moe: MoeTime
+    attn_base: Figure
+    spec: Figure
+    step: Figure
+
+
+def step(cal: Calibration, dec: Decomposition, drafter: Drafter, pipeline: str, moe: MoeTime) -> Step:
+    k, a, s = kept(cal, pipeline), drafter.attn_base_scale, drafter.spec_scale
+    attn_base = derive("ATTN_BASE part", "kept * attn_base_scale * ATTN_BASE", "ms", k, a, dec.attn_base)
+    spec = derive("SPEC part", "kept * spec_scale * SPEC", "ms", k, s, dec.spec)
+    total = derive("step", f"{moe.time.name} + ATTN_BASE part + SPEC part", "ms", moe.time, attn_base, spec)
+    return Step(moe, attn_base, spec, total)
+
+
+class Scenario(NamedTuple):
+    """One estimate. moe_ms + attn_base_ms + spec_ms == step_ms, the native cut already applied."""
+
+    drafter: str
+    pipeline: str
+    block: int
+    budget: int
+    m: int
+    accept: float
+    chain_alpha: float  # per-token acceptance a chain of depth `block` needs for this accept length
+    moe_ms: float
+    attn_base_ms: float
+    spec_ms: float
+    step_ms: float
+    tok_s: float
+    moe_extrapolated: bool
+    measured: bool  # the scenario is a measurement (the DDTree anchor), not an estimate
+    moe_floor_ms: float | None  # the MoE weight read at 100% of the target's bandwidth (needs `model`)
+    tok_s_ceiling: float | None  # 1000 * accept / moe_floor_ms: nothing but that read left
+    figures: dict[str, Figure]  # the derivation of the numbers above, by name
+
+    @property
+    def label(self) -> str:
+        return f"{self.drafter}/{self.pipeline}@{self.accept:g}"
+
+
+SCENARIO_FIELDS = Scenario._fields[:-1]  # what JSON and CSV print of a scenario: all but its derivation
+
+
+def scenario(dec: Decomposition, drafter: Drafter, pipeline: str, accept: Figure, part: Step) -> Scenario:
+    """Throughput at one accept length: the default stronger drafter natively at 14 gives 1000 * 14 / 14.731."""
+    moe, step_ = part.moe, part.step
+    tok_s = derive("tok/s", "1000 * accept / step", "tok/s", accept, step_)
+    figures = [
+        tok_s,
+        derive("vs AR", "tok/s / ar_tok_s", "x", tok_s, dec.ar_tok_s),
+        chain_alpha(accept.value, drafter.block),
+    ]
+    if moe.floor:
+        ceiling = derive("ceiling", "1000 * accept / MoE floor", "tok/s", accept, moe.floor)
+        figures += [ceiling, derive("of ceiling", "tok/s / ceiling", "%", tok_s, ceiling)]
+    named = {f.name: f for f in derivation(step_, *figures)}
+    return Scenario(
+        drafter.name, pipeline, drafter.block, drafter.budget, moe.m, accept.value, named["chain alpha"].value,
+        moe.time.value, part.attn_base.value, part.spec.value, step_.value, tok_s.value, moe.extrapolated,
+        drafter.name == "current" and pipeline == "sglang", moe.floor.value if moe.floor else None,
+        named["ceiling"].value if moe.floor else None, named,
+    )  # fmt: skip
+
+
+def scenarios(cal: Calibration, dec: Decomposition) -> tuple[Scenario, ...]:
+    """Every scenario: each drafter, each accept length, each pipeline."""
+    rows = []
+    for drafter in drafters(cal):
+        moe = moe_time(cal, drafter.budget + 1, dec.bandwidth_ratio)
+        steps = {pipeline: step(cal, dec, drafter, pipeline, moe) for pipeline in PIPELINES}
+        rows += [scenario(dec, drafter, p, accept, steps[p]) for accept in drafter.accepts for p in PIPELINES]
+    for row in rows:
+        for name in ("moe_ms", "attn_base_ms", "spec_ms", "step_ms", "tok_s", "moe_floor_ms", "tok_s_ceiling"):
+            value = getattr(row, name)
+            if value is not None and not math.isfinite(value):
+                raise CalibrationError(
+                    row.label, f"{name} = {value}; expected a finite figure: inputs of sensible size"
+                )
+    return tuple(rows)
+
+
+def derivation(*figures: Figure) -> list[Figure]:
+    """Every computed figure the given ones rest on, each once, in the order they were computed."""
+    found: dict[int, Figure] = {}
+
+    def visit(figure: Figure) -> None:
+        if figure.formula and id(figure) not in found:
+            for i in figure.inputs:
+                visit(i)
+            found[id(figure)] = figure
+
+    for figure in figures:
+        visit(figure)
+    return list(found.values())
+
+
+class BreakEven(NamedTuple):
+    """The accept length at which the stronger drafter matches another way of decoding."""
+
+    pipeline: str
+    versus: str  # "current" or "autoregressive"
+    accept: float | None  # None: it cannot break even inside the tree
+    tok_s_to_match: float
+    reason: str | None
+    stronger_step_ms: float
+    figures: tuple[Figure, ...]
+
+
+def ar_tok_s(cal: Calibration, dec: Decomposition, pipeline: str) -> Figure:
+    """Autoregressive decoding on a pipeline; on SGLang it gives back the measured ar_tok_s."""
+    k, moe_1 = kept(cal, pipeline), dec.moe_ar.time
+    return derive("AR tok/s", "1000 / (MoE(1) + kept * ATTN_BASE)", "tok/s", moe_1, k, dec.attn_base)
+
+
+def break_even(cal: Calibration, dec: Decomposition, rows: tuple[Scenario, ...]) -> tuple[BreakEven, ...]:
+    """The stronger step does not depend on accept, so the accept that matches a rival is tok/s * step / 1000."""
+    limit, bound = accept_limit(cal.stronger_drafter.block, cal.stronger_drafter.budget)
+    result = []
+    for pipeline in PIPELINES:
+        current, strong = (next(r for r in rows if (r.drafter, r.pipeline) == (d, pipeline)) for d in DRAFTERS)
+        stronger_step = given("stronger step", strong.step_ms, "ms")
+        for versus, rival in (("current", current.figures["tok/s"]), ("autoregressive", ar_tok_s(cal, dec, pipeline))):
+            to_match = given("tok/s to match", rival.value, "tok/s")
+            needed = derive("accept needed", "tok/s to match * stronger step / 1000", "tokens", to_match, stronger_step)
+            reason = None
+            if needed.value > limit:
+                reason = f"it would need accept {needed.value:.3g}, above the tree's limit {bound}"
+            result.append(BreakEven(pipeline, versus, None if reason else needed.value, rival.value, reason,
+                                    strong.step_ms, (*derivation(rival), needed)))  # fmt: skip
+    return tuple(result)
+
+
+def accept_limit(block: int, budget: int) -> tuple[int, str]:
+    """The largest mean accept length a tree allows, and the bound that sets it: (17, 'block+1 = 17')."""
+    return (budget + 1, f"budget+1 = {budget + 1}") if budget <= block else (block + 1, f"block+1 = {block + 1}")
+
+
+# --- The physical cross-check: the bytes the MoE must read ---
+
+
+def distinct_experts(model: ModelGeometry, m: int) -> Figure:
+    """Expected distinct routed experts one MoE layer touches for M tokens, under uniform routing.
+
+    >>> kimi = ModelGeometry(61, 1, 7168, 2048, 384, 8, 1, 4, 32, 16, False)
+    >>> [round(distinct_experts(kimi, m).value, 2) for m in (1, 9, 32)]
+    [8.0, 66.28, 188.23]
+    """
+    e = given("E", model.routed_experts, "count", "model.routed_experts")
+    k = given("k", model.experts_per_token, "count", "model.experts_per_token")
+    return derive(f"distinct({m})", f"E * (1 - (1 - k / E)^{m})", "experts", e, k)
+
+
+@functools.lru_cache(maxsize=256)
+def moe_gb_per_gpu(model: ModelGeometry, tp: int, m: int) -> Figure:
+    """Weight bytes one GPU reads in one step's MoE: every MoE layer, split over the TP ranks.
+
+    One routed expert is its gate, up and down projections with their quantization scales
+    (24.77 MB for Kimi K2 in INT4, group size 32); a shared expert the curve times stays at 16 bits.
+
+    >>> round(moe_gb_per_gpu(ModelGeometry(61, 1, 7168, 2048, 384, 8, 1, 4, 32, 16, False), 8, 9).value, 2)
+    12.31
+    """
+    shape = {key: given(key, getattr(model, key), "count", f"model.{key}") for key in ModelGeometry._fields[:-1]}
+    expert = derive(
+        "expert MB", "3 * hidden_size * expert_intermediate_size * (weight_bits + scale_bits / group_size) / 8 / 1e6",
+        "MB", *(shape[k] for k in ("hidden_size", "expert_intermediate_size", "weight_bits", "scale_bits",
+                                   "group_size")),
+    )  # fmt: skip
+    layers = derive("MoE layers", "layers - dense_layers", "count", shape["layers"], shape["dense_layers"])
+    distinct, ranks = distinct_experts(model, m), given("TP", tp, "count", "moe_curve.tp")
+    if not model.curve_includes_shared_expert:
+        formula = f"MoE layers * {distinct.name} * expert MB / TP / 1000"
+        return derive(f"GB per GPU({m})", formula, "GB", layers, distinct, expert, ranks)
+    shared = derive(
+        "shared MB", "shared_experts * 3 * hidden_size * expert_intermediate_size * 2 / 1e6", "MB",
+        *(shape[k] for k in ("shared_experts", "hidden_size", "expert_intermediate_size")),
+    )  # fmt: skip
+    formula = f"MoE layers * ({distinct.name} * expert MB + shared MB) / TP / 1000"
+    return derive(f"GB per GPU({m})", formula, "GB", layers, distinct, expert, shared, ranks)
+
+
+class ExpertsFit(NamedTuple):
+    """curve(M) = t0 + t_expert * distinct(M), least squares over the curve's points."""
+
+    t0: Figure
+    t_expert: Figure  # per distinct routed expert per layer touched by the batch
+    residuals_ms: tuple[tuple[int, float], ...]  # (M, measured - fitted) at each point
+
+
+@functools.lru_cache(maxsize=64)
+def fit_experts(points: tuple[CurvePoint, ...], model: ModelGeometry) -> ExpertsFit:
+    """Ordinary least squares over every curve point.
+
+    Distinct experts flatten as a batch touches nearly all of them, so this reads
+    large M far better than a straight line in M does.
+    """
+    xs, ys = [distinct_experts(model, p.m).value for p in points], [p.ms for p in points]
+    x_mean, y_mean = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - x_mean) ** 2 for x in xs)
+    if sxx <= ROUNDING * max(x_mean * x_mean, 1.0):
+        raise CalibrationError(
+            "moe_curve.fit", "every point touches the same number of distinct experts (experts_per_token = "
+            'routed_experts?); expected points the experts fit can tell apart, or fit "linear"'
+        )  # fmt: skip
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / sxx
+    t0 = y_mean - slope * x_mean
+    residuals = tuple((p.m, p.ms - (t0 + slope * x)) for p, x in zip(points, xs, strict=True))
+    how = "least squares of curve(M) = t0 + t_expert * distinct(M) through the curve's points"
+    return ExpertsFit(Figure("t0", t0, "ms", how), Figure("t_expert", slope, "ms", how), residuals)
+
+
+@functools.lru_cache(maxsize=1024)
+def chain_alpha(accept: float, depth: int) -> Figure:
+    """The per-token acceptance rate a chain of `depth` drafted tokens needs for a mean accept length.
+
+    Solves (1 - a^(depth + 1)) / (1 - a) = accept (Leviathan et al., 2023) by bisection,
+    each probe in closed form, so any depth costs the same; accept = depth + 1 means a = 1.
+
+    >>> round(chain_alpha(4.4, 8).value, 3)
+    0.805
+    """
+    low, high = (1.0, 1.0) if accept >= depth + 1 else (0.0, 1.0)  # the length rises with a from 1 to depth + 1
+    for _ in range(200):
+        a = (low + high) / 2
+        if a in (low, high):
+            break
+        length = -math.expm1((depth + 1) * math.log(a)) / (1 - a) if a > 0 else 1.0  # exact as a nears 1
+        low, high = (a, high) if length < accept else (low, a)
+    formula = "the a with (1 - a^(block + 1)) / (1 - a) equal to accept (Leviathan et al., 2023)"
+    return Figure(
+        "chain alpha", (low + high) / 2, "", formula, (given("block", depth, "count"), given("accept", accept))
+    )
+
+
+class RooflinePoint(NamedTuple):
+    """One curve point against the reference GPU's peak bandwidth."""
+
+    m: int
+    ms: float
+    basis: str
+    distinct_experts: float
+    bytes_per_gpu: float
+    peak_ms: float  # the read at 100% of the reference bandwidth
+    efficiency: float  # peak_ms / ms; above 1 is impossible
+    figures: tuple[Figure, ...]
+
+
+def roofline(cal: Calibration) -> tuple[RooflinePoint, ...]:
+    """For every curve point: the bytes it must read, and the share of peak bandwidth its time implies."""
+    assert cal.model is not None
+    rows = []
+    for p in cal.moe_curve.points:
+        read = moe_gb_per_gpu(cal.model, cal.moe_curve.tp, p.m)
+        peak = derive(f"peak read({p.m})", f"{read.name} / reference bandwidth", "ms", read, _bandwidths(cal)[1])
+        efficiency = derive(f"efficiency({p.m})", f"peak read({p.m}) / curve({p.m})", "%", peak, point_figure(p))
+        if not math.isfinite(efficiency.value):
+            raise CalibrationError(
+                "hardware.reference.mem_bandwidth_tb_s", f"reading {read.value:.4g} GB at that bandwidth takes "
+                f"{peak.value} ms; expected a bandwidth of sensible size"
+            )  # fmt: skip
+        distinct = read.inputs[1].value
+        figures = tuple(derivation(efficiency))
+        rows.append(
+            RooflinePoint(p.m, p.ms, p.basis, distinct, read.value * 1e9, peak.value, efficiency.value, figures)
+        )
+    return tuple(rows)
+
+
+class Estimate(NamedTuple):
+    calibration: Calibration
+    decomposition: Decomposition
+    scenarios: tuple[Scenario, ...]
+    break_even: tuple[BreakEven, ...]
+    roofline: tuple[RooflinePoint, ...] | None  # None without a `model` section
+    experts_fit: ExpertsFit | None  # when the curve is read through the experts fit
+
+
+def estimate(cal: Calibration) -> Estimate:
+    """The decomposition, every scenario, the break-even accept lengths and the physical cross-check."""
+    dec = decompose(cal)
+    rows = scenarios(cal, dec)
+    fit = fit_experts(cal.moe_curve.points, cal.model) if cal.moe_curve.fit == "experts" and cal.model else None
+    return Estimate(cal, dec, rows, break_even(cal, dec, rows), roofline(cal) if cal.model else None, fit)
+
+
+# === Loading and validating the calibration ===
+
+
+def _describe(value: object, quote: bool = True) -> str:
+    """A value as an error message shows it: 40 -> '40', "8" -> 'a string "8"', [1] -> 'a list [1]'."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
         return f"an integer of {len(str(abs(value)))} digits"
     if isinstance(value, float) and math.isfinite(value):
         return f"{value:.15g}"  # 40.0 -> '40', 0.1 -> '0.1'
     text = json.dumps(value, allow_nan=True)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _describe(value: object) -> str:
-    """What was found, for error messages: 'true', 'a string "8"', 'a list [1, 2]'."""
-    if isinstance(value, (str, list, dict)):
-        return f"{_kind(value)} {_show(value)}"
-    return _show(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return f"{_kind(value)} {text}" if quote and isinstance(value, (str, list, dict)) else text
 
 
 def _kind(value: object) -> str:
-    """The JSON type of a value, for error messages: True -> 'true/false'."""
-    if isinstance(value, bool):
-        return "true/false"
-    if value is None:
-        return "null"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
+    """The JSON type of a value: True -> 'true/false'."""
+    if isinstance(value, bool) or value is None:
+        return "true/false" if value is not None else "null"
+    if isinstance(value, (int, float, str)):
+        return "a string" if isinstance(value, str) else "a number"
     return "a list" if isinstance(value, list) else "an object"
 
 
-def _closest(word: str, candidates: list[str]) -> str | None:
-    """The candidate nearest to a mistyped word, or None when none is near."""
-    import difflib  # only on the error path: it costs start-up time
+def _unknown(key: str, candidates: Iterable[str], fallback: str, prefix: str = "") -> str:
+    """The one hint for a key that is not there: 'did you mean PREFIX + the nearest?', else the fallback."""
+    near = _closest(key, candidates)
+    return f"did you mean {prefix}{near}?" if near else fallback
 
-    near = difflib.get_close_matches(word, candidates, n=1, cutoff=0.5)
+
+def _closest(word: str, candidates: Iterable[str]) -> str | None:
+    import difflib  # only on the error path
+
+    near = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.5)
     return near[0] if near else None
+
+
+def _number(value: object, path: str, domain: Domain = POSITIVE) -> float:
+    """A finite JSON number in its domain, as a float (a whole number, when the domain says so)."""
+    if domain.integer and isinstance(value, float) and value.is_integer():
+        value = int(value)  # 16.0 passes as 16; 16.5, true and "16" do not
+    if isinstance(value, bool) or not isinstance(value, int if domain.integer else (int, float)):
+        raise CalibrationError(path, f"got {_describe(value)}; expected {domain.describe()}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer past the float range
+        finite = False
+    if not finite and not domain.integer:
+        raise CalibrationError(
+            path, f"got {_describe(value)}; expected a finite {domain.describe().removeprefix('a ')}"
+        )
+    if value not in domain:
+        raise CalibrationError(path, f"got {_describe(value)}; expected {domain.describe()}")
+    return value if domain.integer else float(value)
+
+
+def _accept(value: object, path: str, block: int, budget: int) -> float:
+    """A mean accept length: at least 1, at most budget + 1 and block + 1."""
+    accept = _number(value, path, Domain(1.0, low_open=False))
+    for limit, what in ((budget + 1, "the verify batch budget+1"), (block + 1, "the tree depth block+1")):
+        if accept > limit:
+            bound = what.rpartition(" ")[2]
+            raise CalibrationError(
+                path, f"{_describe(value)} exceeds {what} = {limit}; expected an accept length of at most {bound}"
+            )
+    return accept
+
+
+_REQUIRED = object()
 
 
 class _Reader:
     """One JSON object under validation.
 
-    It knows its key path (for messages), records every key it is asked for,
-    and `finish()` rejects any other key, except the documentation keys:
-    `source` and `note` anywhere, and `<key>_source` / `<key>_note` beside a
-    known key.
+    It knows its key path and records every key asked for; `finish()` rejects any other
+    key but the documentation keys (`source` and `note` anywhere, `<key>_source` and
+    `<key>_note` beside a known key). `domains`, when given, collects every number's domain.
     """
 
-    def __init__(self, data: object, path: str, domains: dict[str, Domain] | None) -> None:
+    def __init__(self, data: object, path: str, domains: dict[str, Domain] | None, root: object = None) -> None:
         if not isinstance(data, dict):
             raise CalibrationError(path or "(top level)", f"got {_kind(data)}; expected an object")
         self.data: dict[str, object] = data
-        self.path = path
+        self.path, self.domains = path, domains
+        self.root = data if root is None else root  # the whole document: ranges read values in force from it
         self.known: dict[str, None] = {}  # the keys asked for, in order
-        self.domains = domains  # shared by every reader of one document; None when nobody needs them
-
-    def register(self, path: str, domain: Domain) -> None:
-        if self.domains is not None:
-            self.domains[path] = domain
 
     def at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
@@ -330,51 +819,47 @@ class _Reader:
     def error(self, key: str, message: str) -> CalibrationError:
         return CalibrationError(self.at(key), message)
 
-    def raw(self, key: str, expected: "str | Domain", default: object = _REQUIRED) -> object:
+    def raw(self, key: str, expected: str, default: object = _REQUIRED) -> object:
         self.known[key] = None
-        if key in self.data:
-            return self.data[key]
-        if default is _REQUIRED:
-            what = expected if isinstance(expected, str) else expected.describe()
-            typo = _closest(key, [k for k in self.data if k not in self.known])
-            hint = f" (is {self.at(typo)} a misspelling of it?)" if typo else ""
-            raise self.error(key, f"missing; expected {what}{hint}")
-        return default
+        if key in self.data or default is not _REQUIRED:
+            return self.data.get(key, default)
+        typo = _closest(key, [k for k in self.data if k not in self.known])
+        raise self.error(
+            key, f"missing; expected {expected}" + (f" (is {self.at(typo)} a misspelling of it?)" if typo else "")
+        )
 
     def child(self, key: str, default: object = _REQUIRED) -> "_Reader":
-        return _Reader(self.raw(key, "an object", default), self.at(key), self.domains)
-
-    def element(self, path: str, item: object) -> "_Reader":
-        return _Reader(item, path, self.domains)
-
-    def number(
-        self, key: str, low: float = 0.0, high: float = math.inf, low_open: bool = True, high_open: bool = True
-    ) -> float:
-        path, domain = self.at(key), Domain(low, high, low_open, high_open)
-        self.register(path, domain)
-        return _number(self.raw(key, domain), path, low, high, low_open, high_open)
+        return _Reader(self.raw(key, "an object", default), self.at(key), self.domains, self.root)
 
     def optional_child(self, key: str) -> "_Reader | None":
         """The object at key, or None when the key is absent (null is present, and not an object)."""
-        if key not in self.data:
-            self.raw(key, "an object", None)  # still a known key: `<key>_source` may document its absence
-            return None
-        return self.child(key)
+        self.known[key] = None  # a known key even when absent: `<key>_source` may document its absence
+        return self.child(key) if key in self.data else None
+
+    def element(self, path: str, item: object) -> "_Reader":
+        return _Reader(item, path, self.domains, self.root)
+
+    def number(self, key: str, domain: Domain = POSITIVE) -> float:
+        return self.value_at(self.at(key), self.raw(key, domain.describe()), domain)
+
+    def value_at(self, path: str, value: object, domain: Domain) -> float:
+        if self.domains is not None:
+            self.domains[path] = domain
+        return _number(value, path, domain)
 
     def count(self, key: str, low: int = 1) -> int:
-        path = self.at(key)
-        self.register(path, _COUNT_DOMAINS[low])
-        return _count(self.raw(key, _COUNT_DOMAINS[low]), path, low)
+        return int(self.number(key, COUNT._replace(low=low)))
+
+    def accept(self, path: str, value: object, block: int, budget: int) -> float:
+        if self.domains is not None:
+            self.domains[path] = Domain(1.0, accept_limit(block, budget)[0], False, False)
+        return _accept(value, path, block, budget)
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.raw(key, "true or false", default)
         if not isinstance(value, bool):
             raise self.error(key, f"got {_describe(value)}; expected true or false")
         return value
-
-    def accept(self, path: str, value: object, block: int, budget: int) -> float:
-        self.register(path, Domain(1.0, min(block, budget) + 1.0, False, False))
-        return _accept(value, path, block, budget)
 
     def string(self, key: str, choices: tuple[str, ...] = (), default: object = _REQUIRED) -> str:
         expected = f"one of {', '.join(choices)}" if choices else "a string"
@@ -383,136 +868,25 @@ class _Reader:
             raise self.error(key, f"got {_describe(value)}; expected {expected}")
         return value
 
-    def items(self, key: str, min_items: int = 1) -> list[object]:
+    def items(self, key: str) -> list[object]:
         value = self.raw(key, "a list")
         if not isinstance(value, list):
             raise self.error(key, f"got {_kind(value)}; expected a list")
-        if len(value) < min_items:
-            raise self.error(key, f"has {len(value)} entries; expected at least {min_items}")
         return value
 
     def finish(self) -> None:
         for key, value in self.data.items():
-            if key in self.known:
-                continue
-            if key in ("source", "note") or (
+            documents = key in ("source", "note") or (
                 key.endswith(("_source", "_note")) and key.rpartition("_")[0] in self.known
-            ):
-                if not isinstance(value, str):
-                    raise self.error(key, f"got {_kind(value)}; expected a string (documentation)")
-                continue
-            near = _closest(key, list(self.known))
-            hint = f"did you mean {self.at(near)}?" if near else f"known keys: {', '.join(self.known)}"
-            raise self.error(key, f"unknown key ({hint})")
+            )
+            if documents and not isinstance(value, str):
+                raise self.error(key, f"got {_kind(value)}; expected a string (documentation)")
+            if not documents and key not in self.known:
+                hint = _unknown(key, self.known, "known keys: " + ", ".join(self.known), prefix=self.at(""))
+                raise self.error(key, f"unknown key ({hint})")
 
 
-def _number_expected(low: float = 0.0, high: float = math.inf, low_open: bool = True, high_open: bool = True) -> str:
-    """Describe a range in words: (0, inf) -> 'a number > 0'."""
-    parts = []
-    if low > -math.inf:
-        parts.append(f"{'>' if low_open else '>='} {low:g}")
-    if high < math.inf:
-        parts.append(f"{'<' if high_open else '<='} {high:g}")
-    return "a number " + " and ".join(parts) if parts else "a number"
-
-
-def _number(
-    value: object,
-    path: str,
-    low: float = 0.0,
-    high: float = math.inf,
-    low_open: bool = True,
-    high_open: bool = True,
-) -> float:
-    """A finite JSON number inside the given bounds (default: positive), as a float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        expected = _number_expected(low, high, low_open, high_open)
-        raise CalibrationError(path, f"got {_describe(value)}; expected {expected}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        expected = _number_expected(low, high, low_open, high_open).removeprefix("a ")
-        raise CalibrationError(path, f"got {_show(value)}; expected a finite {expected}")
-    too_low = number < low or (low_open and number == low)
-    too_high = number > high or (high_open and number == high)
-    if too_low or too_high:
-        raise CalibrationError(path, f"got {_show(value)}; expected {_number_expected(low, high, low_open, high_open)}")
-    return number
-
-
-_COUNT_DOMAINS = {low: Domain(low, MAX_COUNT, False, False, integer=True) for low in (0, 1)}
-
-
-def _count(value: object, path: str, low: int = 1) -> int:
-    """A whole JSON number from low to MAX_COUNT (1.0 passes as 1; 1.5, true and "1" do not)."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNT:
-        raise CalibrationError(path, f"got {_describe(value)}; expected {_COUNT_DOMAINS[low].describe()}")
-    return value
-
-
-def _accept(value: object, path: str, block: int, budget: int) -> float:
-    """A mean accept length: at least 1, at most budget + 1 and block + 1."""
-    accept = _number(value, path, low=1.0, low_open=False)
-    if accept > budget + 1:
-        raise CalibrationError(
-            path,
-            f"{_show(value)} exceeds the verify batch budget+1 = {budget + 1}; "
-            "expected an accept length of at most budget+1",
-        )
-    if accept > block + 1:
-        raise CalibrationError(
-            path,
-            f"{_show(value)} exceeds the tree depth block+1 = {block + 1}; "
-            "expected an accept length of at most block+1",
-        )
-    return accept
-
-
-def parse_calibration(data: object, full: bool = True, like: "tuple[object, Calibration] | None" = None) -> Calibration:
-    """Validate a decoded calibration document and build the typed calibration.
-
-    Every key is checked; the first problem raises CalibrationError naming
-    the key path. The analyses that re-estimate a calibration thousands of
-    times (sweeps, sensitivity, solving) have read its ranges and the domain
-    of each number once already and skip both (full=False); they also pass
-    `like` = (the document they started from, its calibration), and every
-    section that is still the very same object is taken over, not read again.
-    """
-    domains: dict[str, Domain] = {}
-    top = _Reader(data, "", domains if full else None)
-    version = top.raw("schema_version", f"the number {SCHEMA_VERSION}")
-    if isinstance(version, bool) or version != SCHEMA_VERSION:
-        raise top.error("schema_version", f"got {_show(version)}; this tool reads schema {SCHEMA_VERSION}")
-
-    def section(key: str, read: "Callable[[], T]", *depends_on: str) -> "T":
-        if (
-            like
-            and not full
-            and isinstance(like[0], dict)
-            and all(top.data.get(k) is like[0].get(k) for k in (key, *depends_on))
-        ):
-            top.known[key] = None
-            reused: T = getattr(like[1], key)
-            return reused
-        return read()
-
-    hardware = section("hardware", lambda: _parse_hardware(top.child("hardware")))
-    model = section("model", lambda: _parse_model(top.optional_child("model")))
-    moe_curve = section("moe_curve", lambda: _parse_curve(top.child("moe_curve"), model), "model")
-    anchors = section("anchors", lambda: _parse_anchors(top.child("anchors")))
-    native = section("native_engine", lambda: _parse_native_engine(top.child("native_engine")))
-    stronger = section("stronger_drafter", lambda: _parse_stronger_drafter(top.child("stronger_drafter")))
-    ranges_section = top.child("ranges", DEFAULT_RANGES)
-    ranges = _parse_ranges(ranges_section, data, domains) if full else ()
-    top.finish()
-    return Calibration(hardware, moe_curve, anchors, native, stronger, ranges, domains, model)
-
-
-def _parse_hardware(hw: _Reader) -> Hardware:
+def _read_hardware(hw: _Reader) -> Hardware:
     gpus = []
     for role in ("reference", "target"):
         gpu = hw.child(role)
@@ -522,64 +896,12 @@ def _parse_hardware(hw: _Reader) -> Hardware:
     return Hardware(*gpus)
 
 
-def _parse_curve(curve: _Reader, model: ModelGeometry | None) -> MoeCurve:
-    tp = curve.count("tp")
-    points: list[CurvePoint] = []
-    for i, item in enumerate(curve.items("points", min_items=2)):
-        point = curve.element(f"{curve.at('points')}[{i}]", item)
-        m = point.count("m")
-        if any(p.m == m for p in points):
-            raise point.error("m", f"M = {m} appears twice; expected each M once")
-        points.append(CurvePoint(m, point.number("ms"), point.string("basis", POINT_BASES, "measured")))
-        point.finish()
-    points.sort(key=lambda p: p.m)
-    fit = curve.string("fit", CURVE_FITS, "linear")
-    experts_fit = None
-    if fit == "experts":
-        if model is None:
-            raise curve.error("fit", '"experts" counts distinct experts; expected a `model` section beside it')
-        experts_fit = fit_experts(points, model)
-    curve.finish()
-    return MoeCurve(tp, tuple(points), fit, experts_fit)
-
-
-def _parse_anchors(anchors: _Reader) -> Anchors:
-    ar_tok_s = anchors.number("ar_tok_s")
-    dd = anchors.child("ddtree")
-    block, budget = dd.count("block"), dd.count("budget")
-    accept = dd.accept(dd.at("accept"), dd.raw("accept", "a number >= 1"), block, budget)
-    ddtree = DdtreeAnchor(block, budget, accept, dd.number("tok_s"))
-    dd.finish()
-    anchors.finish()
-    return Anchors(ar_tok_s, ddtree)
-
-
-def _parse_native_engine(native: _Reader) -> NativeEngine:
-    overhead_cut = native.number("overhead_cut", low=0.0, high=1.0, low_open=False)
-    native.finish()
-    return NativeEngine(overhead_cut)
-
-
-def _parse_stronger_drafter(sd: _Reader) -> StrongerDrafter:
-    block, budget = sd.count("block"), sd.count("budget")
-    accepts: list[float] = []
-    for i, value in enumerate(sd.items("accept")):
-        accepts.append(sd.accept(f"{sd.at('accept')}[{i}]", value, block, budget))
-        if accepts[-1] in accepts[:-1]:
-            raise sd.error(f"accept[{i}]", f"{_show(value)} appears twice; expected each accept length once")
-    stronger = StrongerDrafter(block, budget, tuple(accepts), sd.number("attn_base_scale"), sd.number("spec_scale"))
-    sd.finish()
-    return stronger
-
-
-def _parse_model(section: "_Reader | None") -> ModelGeometry | None:
+def _read_model(section: _Reader | None) -> ModelGeometry | None:
     """The optional `model` section, checked field by field and across fields."""
     if section is None:
         return None
-    counts = {
-        key: section.count(key, low=0 if key in ("dense_layers", "shared_experts") else 1)
-        for key in ModelGeometry._fields[:-1]
-    }
+    may_be_zero = ("dense_layers", "shared_experts")
+    counts = {key: section.count(key, 0 if key in may_be_zero else 1) for key in ModelGeometry._fields[:-1]}
     model = ModelGeometry(**counts, curve_includes_shared_expert=section.flag("curve_includes_shared_expert", False))
     if model.dense_layers >= model.layers:
         raise section.error(
@@ -594,63 +916,79 @@ def _parse_model(section: "_Reader | None") -> ModelGeometry | None:
     return model
 
 
-# Used when a calibration has no `ranges` section. The shipped calibration.json spells out the same.
-DEFAULT_RANGES: dict[str, object] = {
-    "native_engine.overhead_cut": {
-        "low": 0.2,
-        "high": 0.6,
-        "source": "built-in default: the native engine's cut is a design target, not a measurement",
-    },
-    "stronger_drafter.spec_scale": {
-        "low": 1.5,
-        "high": 2.0,
-        "source": "built-in default: block 16 costs the drafter and tree build 1.5-2x block 8",
-    },
-    "stronger_drafter.attn_base_scale": {
-        "low": 1.0,
-        "high": 1.2,
-        "source": "built-in default: a larger verify batch grows ATTN_BASE slightly",
-    },
-    "hardware.target.mem_bandwidth_tb_s": {
-        "low": 7.7,
-        "high": 8.0,
-        "source": "built-in default: the bandwidth B300 delivers may fall a little short of its rating",
-    },
-    "anchors.ar_tok_s": {"relative": 0.03, "source": "built-in default: run-to-run noise of a throughput measurement"},
-    "anchors.ddtree.tok_s": {
-        "relative": 0.03,
-        "source": "built-in default: run-to-run noise of a throughput measurement",
-    },
-}
+def _read_curve(curve: _Reader) -> MoeCurve:
+    tp, points, seen = curve.count("tp"), [], set()
+    items = curve.items("points")
+    if len(items) < 2:
+        raise curve.error("points", f"has {len(items)} entries; expected at least 2")
+    for i, item in enumerate(items):
+        point = curve.element(f"{curve.at('points')}[{i}]", item)
+        m = point.count("m")
+        if m in seen:
+            raise point.error("m", f"M = {m} appears twice; expected each M once")
+        seen.add(m)
+        points.append(CurvePoint(m, point.number("ms"), point.string("basis", POINT_BASES, "measured"), i))
+        point.finish()
+    fit = curve.string("fit", CURVE_FITS, "linear")
+    curve.finish()
+    return MoeCurve(tp, tuple(sorted(points)), fit)
 
 
-def _parse_ranges(section: _Reader, data: object, domains: dict[str, Domain]) -> tuple[Range, ...]:
-    """The `ranges` section: {path: {low, high} or {relative}, each with a source}.
+def _read_anchors(anchors: _Reader) -> Anchors:
+    ar_tok_s, dd = anchors.number("ar_tok_s"), anchors.child("ddtree")
+    block, budget = dd.count("block"), dd.count("budget")
+    accept = dd.accept(dd.at("accept"), dd.raw("accept", "a number >= 1"), block, budget)
+    ddtree = DdtreeAnchor(block, budget, accept, dd.number("tok_s"))
+    dd.finish()
+    anchors.finish()
+    return Anchors(ar_tok_s, ddtree)
 
-    A relative range is taken around the value in force (after --set): 0.03
-    around ar_tok_s = 133 gives 129.01 to 136.99.
+
+def _read_native_engine(native: _Reader) -> NativeEngine:
+    engine = NativeEngine(native.number("overhead_cut", Domain(0.0, 1.0, low_open=False)))  # none of it, up to all
+    native.finish()
+    return engine
+
+
+def _read_stronger_drafter(sd: _Reader) -> StrongerDrafter:
+    block, budget = sd.count("block"), sd.count("budget")
+    accepts: list[float] = []
+    items = sd.items("accept")
+    if not items:
+        raise sd.error("accept", "has 0 entries; expected at least 1")
+    for i, value in enumerate(items):
+        accepts.append(sd.accept(f"{sd.at('accept')}[{i}]", value, block, budget))
+        if accepts[-1] in accepts[:-1]:
+            raise sd.error(f"accept[{i}]", f"{_describe(value)} appears twice; expected each accept length once")
+    stronger = StrongerDrafter(block, budget, tuple(accepts), sd.number("attn_base_scale"), sd.number("spec_scale"))
+    sd.finish()
+    return stronger
+
+
+def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
+    """The optional `ranges` section: {path: {low, high} or {relative}, each with a source}.
+
+    A relative range is taken around the value in force (after --set): 0.03 around
+    ar_tok_s = 133 gives 129.01 to 136.99. Each end must lie in its number's domain.
     """
+    if section is None:
+        return None
+    domains = section.domains or {}
     numbers = [path for path, domain in domains.items() if not domain.integer]
     ranges = []
     for key in section.data:
         if key in ("source", "note"):
             continue
         if key not in numbers:
-            near = _closest(key, numbers)
-            hint = (
-                f"did you mean {near}?"
-                if near
-                else "expected the key path of a number, e.g. native_engine.overhead_cut"
-            )
+            hint = _unknown(key, numbers, "expected the key path of a number, e.g. native_engine.overhead_cut")
             raise section.error(key, f"not a number of the calibration ({hint})")
-        entry, domain = section.child(key), domains[key]
+        entry, domain, relative = section.child(key), domains[key], None
         if "relative" in entry.data:
-            relative: float | None = (r := entry.number("relative", high=1.0))
-            value = number_at(data, parse_path(key))
-            low, high = sorted((value * (1 - r), value * (1 + r)))
+            relative = entry.number("relative", Domain(0.0, 1.0, high_open=False))
+            value = number_at(section.root, parse_path(key))
+            low, high = sorted((value * (1 - relative), value * (1 + relative)))
         else:
-            relative = None
-            low, high = entry.number("low", low=-math.inf), entry.number("high", low=-math.inf)
+            low, high = entry.number("low", ANY_NUMBER), entry.number("high", ANY_NUMBER)
             if low > high:
                 raise entry.error("high", f"got {high:g}, below low = {low:g}; expected low <= high")
         for end, given_as in ((low, "low"), (high, "high")):
@@ -664,11 +1002,60 @@ def _parse_ranges(section: _Reader, data: object, domains: dict[str, Domain]) ->
     return tuple(ranges)
 
 
-def read_document(path: str) -> tuple[object, str]:
-    """Read and decode a calibration file: (document, first 12 hex digits of its SHA-256).
+# Each top-level section and its reader, in the order they are read: `ranges` last, since its ends are
+# checked against the domains of every number before it. A sweep re-reads only the sections it changes.
+SECTIONS: dict[str, Callable[[_Reader], object]] = {
+    "hardware": _read_hardware,
+    "moe_curve": _read_curve,
+    "anchors": _read_anchors,
+    "native_engine": _read_native_engine,
+    "stronger_drafter": _read_stronger_drafter,
+}
+OPTIONAL_SECTIONS: dict[str, Callable[[_Reader | None], object]] = {"model": _read_model, "ranges": _read_ranges}
+SECTION_ORDER = ("hardware", "model", "moe_curve", "anchors", "native_engine", "stronger_drafter", "ranges")
 
-    Every failure is a CalibrationError.
+
+def parse_calibration(data: object) -> Calibration:
+    """Validate a decoded calibration document and build its records; the first problem raises CalibrationError."""
+    domains: dict[str, Domain] = {}
+    top = _Reader(data, "", domains)
+    version = top.raw("schema_version", f"the number {SCHEMA_VERSION}")
+    if isinstance(version, bool) or version != SCHEMA_VERSION:
+        raise top.error("schema_version", f"got {_describe(version)}; this tool reads schema {SCHEMA_VERSION}")
+    sections = {key: _read_section(top, key) for key in SECTION_ORDER}
+    top.finish()
+    return _checked(Calibration(**sections, domains=domains))  # type: ignore[arg-type]
+
+
+def reread(cal: Calibration, doc: object, keys: Iterable[str]) -> Calibration:
+    """The calibration with the named top-level sections read again from doc, the others taken over.
+
+    What --sweep, --sensitivity and --solve do at each of their points: only the sections a
+    changed key path is in are checked again.
     """
+    keys = set(keys)
+    if not keys <= set(SECTION_ORDER):
+        return parse_calibration(doc)  # a key outside every section: the full read names it
+    top = _Reader(doc, "", dict(cal.domains) if "ranges" in keys else None)
+    return _checked(cal._replace(**{key: _read_section(top, key) for key in keys}))  # type: ignore[arg-type]
+
+
+def _read_section(top: _Reader, key: str) -> object:
+    optional = OPTIONAL_SECTIONS.get(key)
+    return optional(top.optional_child(key)) if optional else SECTIONS[key](top.child(key))
+
+
+def _checked(cal: Calibration) -> Calibration:
+    """The checks across sections."""
+    if cal.moe_curve.fit == "experts" and cal.model is None:
+        raise CalibrationError(
+            "moe_curve.fit", '"experts" counts distinct experts; expected a `model` section beside it'
+        )
+    return cal
+
+
+def read_document(path: str) -> tuple[object, str]:
+    """Read and decode a calibration file: (document, the first 12 hex digits of its SHA-256)."""
     try:
         with open(path, "rb") as stream:
             raw = stream.read()
@@ -685,35 +1072,24 @@ def read_document(path: str) -> tuple[object, str]:
     if not text.strip():
         raise CalibrationError("", "is empty; expected a JSON object")
     try:
-        return json.loads(text), _sha256_hex(raw)[:12]
+        return json.loads(text), hashlib.sha256(raw).hexdigest()[:12]
     except json.JSONDecodeError as exc:
         raise CalibrationError(
             "", f"line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); expected a JSON object"
         ) from None
-    except (ValueError, RecursionError) as exc:  # e.g. an integer past Python's digit limit
+    except (ValueError, RecursionError) as exc:  # an integer past Python's digit limit, say
         raise CalibrationError("", f"cannot be decoded ({exc}); expected a JSON object") from None
 
 
-def _sha256_hex(data: bytes) -> str:
-    try:  # the interpreter's builtin module: hashlib's OpenSSL import costs 2-3 ms of start-up
-        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # Python 3.12+
-    except ImportError:
-        try:
-            from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # Python 3.11
-        except ImportError:
-            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
-    return str(sha256(data).hexdigest())
-
-
 def default_calibration_path() -> str:
-    """The calibration.json beside this script, else the one `pip install .` placed under the prefix."""
-    here = os.path.join(os.path.dirname(os.path.realpath(__file__)), DEFAULT_CALIBRATION_NAME)
+    """The calibration.json beside this script, else the one `pip install .` put in <prefix>/share/estimate-b300."""
+    here = os.path.join(os.path.dirname(os.path.realpath(__file__)), "calibration.json")
     if os.path.exists(here):
         return here
     import site
 
     for base in (sys.prefix, site.USER_BASE or ""):
-        installed = os.path.join(base, INSTALLED_DATA_DIR, DEFAULT_CALIBRATION_NAME)
+        installed = os.path.join(base, "share", "estimate-b300", "calibration.json")
         if os.path.exists(installed):
             return installed
     return here  # missing: reading it reports the path that was expected
@@ -757,8 +1133,8 @@ def format_path(segments: PathSegments) -> str:
 def _descend(node: object, segments: PathSegments, i: int) -> tuple[str | int, int]:
     """The key at segments[i] within node, and the index after it.
 
-    A key of an object may itself hold dots (the keys of `ranges` are key
-    paths), so the longest run of segments that names an existing key wins.
+    A key may itself hold dots (the keys of `ranges` are key paths): the longest run of
+    segments that names an existing key wins.
     """
     if isinstance(node, dict):
         for j in range(len(segments), i + 1, -1):
@@ -768,33 +1144,20 @@ def _descend(node: object, segments: PathSegments, i: int) -> tuple[str | int, i
     return segments[i], i + 1
 
 
-def get_path(doc: object, segments: PathSegments) -> object:
-    """The value at a key path; CalibrationError when there is none."""
+def number_at(doc: object, segments: PathSegments) -> float:
+    """The number at a key path of a document whose numbers were validated."""
     node, i = doc, 0
     while i < len(segments):
         key, i = _descend(node, segments, i)
-        if isinstance(node, list) and isinstance(key, int) and key < len(node):
-            node = node[key]
-            continue
-        if not (isinstance(node, dict) and key in node):
-            raise CalibrationError(format_path(segments), "no such key in the calibration")
-        node = node[key]
-    return node
-
-
-def number_at(doc: object, segments: PathSegments) -> float:
-    """The number at a key path of a document whose numbers were validated (its domain is known)."""
-    value = get_path(doc, segments)
-    assert isinstance(value, (int, float)), f"{format_path(segments)} is not a number"
-    return float(value)
+        node = node[key]  # type: ignore[index]
+    assert isinstance(node, (int, float)), f"{format_path(segments)} is not a number"
+    return float(node)
 
 
 def set_path(doc: object, segments: PathSegments, value: object) -> object:
-    """A copy of doc with the value at a key path replaced; doc itself is not changed.
+    """A copy of doc with the value at a key path replaced; only the objects along the path are copied.
 
-    Only the objects along the path are copied, so a sweep of 10,000 points
-    costs 10,000 small copies, not 10,000 deep ones. Missing object keys are
-    created (validation then names any that are unknown); list indices must exist.
+    Missing object keys are created (validation then names any that are unknown); list indices must exist.
     """
 
     def replace(node: object, i: int) -> object:
@@ -807,9 +1170,7 @@ def set_path(doc: object, segments: PathSegments, value: object) -> object:
                 raise CalibrationError(where, f"the value there is {_kind(node)}, not a list")
             if key >= len(node):
                 raise CalibrationError(where, f"the list has {len(node)} entries; expected an index below {len(node)}")
-            copy = list(node)
-            copy[key] = replace(node[key], after)
-            return copy
+            return [*node[:key], replace(node[key], after), *node[key + 1 :]]
         if node is None:
             node = {}
         if not isinstance(node, dict):
@@ -819,399 +1180,16 @@ def set_path(doc: object, segments: PathSegments, value: object) -> object:
     return replace(doc, 0)
 
 
-# === The model ===
+# === The analyses: overrides, sweeps, sensitivity, solving, warnings ===
 
+Change = tuple[PathSegments, object]  # a key path and the value it takes
 
-class MoeTime(NamedTuple):
-    m: int
-    reference_ms: float  # curve(M) on the reference GPU
-    ms: float  # on the target: reference_ms / bandwidth_ratio
-    extrapolated: bool  # M lies outside the curve's points
-    floor_ms: float | None  # the weight read at 100% of the target's bandwidth (needs `model`)
 
-
-def bandwidth_ratio(cal: Calibration) -> float:
-    """Target over reference memory bandwidth: 8.0 / 1.8 = 4.444 for B300 vs RTX PRO 6000."""
-    return cal.hardware.target.mem_bandwidth_tb_s / cal.hardware.reference.mem_bandwidth_tb_s
-
-
-def curve_segment(points: tuple[CurvePoint, ...], m: int) -> tuple[CurvePoint, CurvePoint]:
-    """The two points M is read between: its own segment inside the curve, the nearest end segment outside."""
-    if m <= points[0].m:
-        return points[0], points[1]
-    if m >= points[-1].m:
-        return points[-2], points[-1]
-    above = next(i for i, p in enumerate(points) if p.m >= m)
-    return points[above - 1], points[above]
-
-
-def curve_ms(points: tuple[CurvePoint, ...], m: int) -> tuple[float, bool]:
-    """The reference-GPU MoE time at M, piecewise linear; (ms, extrapolated).
-
-    Outside the points it extends the nearest end segment: with points
-    (9, 8.85) and (32, 23.8), M = 33 gives 23.8 + 1 * 0.65 = 24.45 ms.
-    """
-    lo, hi = curve_segment(points, m)
-    slope_ms_per_token = (hi.ms - lo.ms) / (hi.m - lo.m)
-    extrapolated = not points[0].m <= m <= points[-1].m
-    return lo.ms + (m - lo.m) * slope_ms_per_token, extrapolated
-
-
-def moe_time(cal: Calibration, m: int) -> MoeTime:
-    """MoE(M) on the target: the reference curve (or its experts fit) divided by the bandwidth ratio."""
-    curve = cal.moe_curve
-    reference_ms, extrapolated = curve_ms(curve.points, m)
-    if curve.experts_fit and cal.model:
-        reference_ms = curve.experts_fit.t0_ms + curve.experts_fit.t_expert_ms * distinct_experts(cal.model, m)
-    if reference_ms <= 0:
-        ms = [p.m for p in curve.points]
-        raise CalibrationError(
-            "moe_curve.points",
-            f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {curve.fit}) at M = {m} gives "
-            f"{reference_ms:.4g} ms; expected a positive time: add a measured point nearer M = {m}",
-        )
-    floor_ms = None
-    if cal.model:
-        floor_ms = read_ms(moe_bytes_per_gpu(cal.model, curve.tp, m), cal.hardware.target.mem_bandwidth_tb_s)
-    return MoeTime(m, reference_ms, reference_ms / bandwidth_ratio(cal), extrapolated, floor_ms)
-
-
-# --- The physical cross-check: bytes the MoE must read ---
-
-
-def distinct_experts(model: ModelGeometry, m: int) -> float:
-    """Expected distinct routed experts one MoE layer touches for M tokens, under uniform routing.
-
-    E * (1 - (1 - k/E)**M): for E = 384, k = 8 it is 8.0 at M = 1, 66.28 at M = 9, 188.23 at M = 32.
-    """
-    e, k = model.routed_experts, model.experts_per_token
-    return e * (1.0 - (1.0 - k / e) ** m)
-
-
-def expert_bytes(model: ModelGeometry) -> float:
-    """Bytes of one routed expert: gate, up and down projections, quantized weights plus their scales.
-
-    3 * 7168 * 2048 * (4 + 16 / 32) / 8 = 24,772,608 bytes for Kimi K2 INT4, group size 32.
-    """
-    bits_per_weight = model.weight_bits + model.scale_bits / model.group_size
-    return 3 * model.hidden_size * model.expert_intermediate_size * bits_per_weight / 8
-
-
-def shared_expert_bytes(model: ModelGeometry) -> float:
-    """Bytes of one shared expert, which stays in 16 bits: 3 * 7168 * 2048 * 2 = 88,080,384 for Kimi K2."""
-    return 3 * model.hidden_size * model.expert_intermediate_size * 16 / 8
-
-
-def moe_bytes_per_gpu(model: ModelGeometry, tp: int, m: int) -> float:
-    """Weight bytes one GPU reads in the MoE of one step: every MoE layer, split over the TP ranks.
-
-    Default M = 9: 60 * 66.3 * 24,772,608 / 8 = 12.32 GB per GPU.
-    """
-    per_layer = distinct_experts(model, m) * expert_bytes(model)
-    if model.curve_includes_shared_expert:
-        per_layer += model.shared_experts * shared_expert_bytes(model)
-    return model.moe_layers * per_layer / tp
-
-
-def read_ms(n_bytes: float, bandwidth_tb_s: float) -> float:
-    """Time to read n_bytes at a bandwidth in TB/s (1e12 bytes/s): 12.32e9 B at 1.8 TB/s = 6.84 ms."""
-    return n_bytes / (bandwidth_tb_s * 1e9)
-
-
-def fit_experts(points: list[CurvePoint], model: ModelGeometry) -> ExpertsFit:
-    """Ordinary least squares of ms = t0 + t_expert * distinct(M) over every curve point.
-
-    Distinct experts flatten as a batch touches nearly all of them, so this
-    reads large M far better than a straight line in M does.
-    """
-    xs = [distinct_experts(model, p.m) for p in points]
-    ys = [p.ms for p in points]
-    x_mean, y_mean = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - x_mean) ** 2 for x in xs)
-    if sxx <= ROUNDING * max(x_mean * x_mean, 1.0):
-        raise CalibrationError(
-            "moe_curve.fit",
-            "every point touches the same number of distinct experts (experts_per_token = routed_experts?); "
-            'expected points the experts fit can tell apart, or fit "linear"',
-        )
-    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / sxx
-    t0 = y_mean - slope * x_mean
-    residuals = tuple((p.m, p.ms - (t0 + slope * x)) for p, x in zip(points, xs, strict=True))
-    return ExpertsFit(t0, slope, residuals)
-
-
-@functools.cache
-def chain_alpha(accept: float, depth: int) -> float:
-    """The per-token acceptance rate a chain of `depth` drafted tokens needs for a mean accept length.
-
-    Solves (1 - alpha**(depth + 1)) / (1 - alpha) = accept (Leviathan et al., 2023) by
-    bisection; accept = depth + 1 means alpha = 1. Accept 4.4 at depth 8 needs 0.805.
-    """
-    if accept >= depth + 1:
-        return 1.0
-    low, high = 0.0, 1.0  # the expected length rises with alpha from 1 to depth + 1
-    for _ in range(200):
-        alpha = (low + high) / 2
-        if alpha in (low, high):
-            break
-        if sum(alpha**i for i in range(depth + 1)) < accept:
-            low = alpha
-        else:
-            high = alpha
-    return (low + high) / 2
-
-
-class RooflinePoint(NamedTuple):
-    """One curve point against the reference GPU's peak bandwidth."""
-
-    m: int
-    ms: float
-    basis: str
-    distinct_experts: float
-    bytes_per_gpu: float
-    peak_ms: float  # the read at 100% of the reference bandwidth
-    efficiency: float  # peak_ms / ms; above 1 is impossible
-
-
-def roofline(cal: Calibration) -> tuple[RooflinePoint, ...]:
-    model = cal.model
-    assert model is not None
-    rows = []
-    for p in cal.moe_curve.points:
-        n_bytes = moe_bytes_per_gpu(model, cal.moe_curve.tp, p.m)
-        peak_ms = read_ms(n_bytes, cal.hardware.reference.mem_bandwidth_tb_s)
-        if not math.isfinite(peak_ms / p.ms):
-            raise CalibrationError(
-                "hardware.reference.mem_bandwidth_tb_s",
-                f"reading {n_bytes:.4g} bytes at that bandwidth takes {peak_ms} ms; "
-                "expected a bandwidth of sensible size",
-            )
-        rows.append(RooflinePoint(p.m, p.ms, p.basis, distinct_experts(model, p.m), n_bytes, peak_ms, peak_ms / p.ms))
-    return tuple(rows)
-
-
-class Decomposition(NamedTuple):
-    """The calibration step: the two measured anchors split into MoE, ATTN_BASE and SPEC."""
-
-    bandwidth_ratio: float
-    ar_step_ms: float  # 1000 / ar_tok_s
-    moe_ar: MoeTime  # MoE(1)
-    attn_base_ms: float  # ar_step - MoE(1)
-    ddtree_step_ms: float  # 1000 * accept / tok_s
-    moe_ddtree: MoeTime  # MoE(budget + 1)
-    spec_ms: float  # ddtree_step - MoE(budget + 1) - ATTN_BASE
-
-    @property
-    def overhead_ms(self) -> float:
-        return self.attn_base_ms + self.spec_ms
-
-    @property
-    def overhead_share(self) -> float:
-        """(ATTN_BASE + SPEC) / DDTree step: about 0.86 for the default calibration."""
-        return self.overhead_ms / self.ddtree_step_ms
-
-
-def decompose(cal: Calibration) -> Decomposition:
-    """Split the anchors; raise CalibrationError when they cannot be split.
-
-    Default data: ar_step = 1000 / 133 = 7.519 ms, MoE(1) = 1.15 / 4.444 =
-    0.259 ms, so ATTN_BASE = 7.260 ms; ddtree_step = 1000 * 4.4 / 303 =
-    14.521 ms, MoE(9) = 8.85 / 4.444 = 1.991 ms, so SPEC = 5.270 ms.
-    """
-    anchors, dd = cal.anchors, cal.anchors.ddtree
-    ratio = bandwidth_ratio(cal)
-    if not 0 < ratio < math.inf:
-        raise CalibrationError(
-            "hardware",
-            f"target / reference bandwidth = {ratio:g}; "
-            "expected a finite, positive ratio (bandwidths of sensible size)",
-        )
-    ar_step_ms = 1000.0 / anchors.ar_tok_s
-    moe_ar = moe_time(cal, 1)
-    attn_base_ms = ar_step_ms - moe_ar.ms
-    if attn_base_ms <= 0:
-        raise CalibrationError(
-            "anchors.ar_tok_s",
-            f"the measured anchors conflict with the MoE curve: "
-            f"{anchors.ar_tok_s:g} tok/s is a {ar_step_ms:.4g} ms step, but MoE(1) alone takes "
-            f"{moe_ar.ms:.4g} ms on {cal.hardware.target.name}, leaving ATTN_BASE = {attn_base_ms:.4g} ms; "
-            f"expected ATTN_BASE > 0, i.e. ar_tok_s below {1000.0 / moe_ar.ms:.4g} "
-            "(or a smaller curve(1), or a faster target)",
-        )
-    ddtree_step_ms = 1000.0 * dd.accept / dd.tok_s
-    moe_ddtree = moe_time(cal, dd.budget + 1)
-    spec_ms = ddtree_step_ms - moe_ddtree.ms - attn_base_ms
-    if -ROUNDING * ddtree_step_ms <= spec_ms < 0:  # anchors exactly at the boundary, less float rounding
-        spec_ms = 0.0
-    if spec_ms < 0:
-        floor_ms = moe_ddtree.ms + attn_base_ms
-        raise CalibrationError(
-            "anchors.ddtree.tok_s",
-            f"the measured anchors conflict by {-spec_ms:.4g} ms: "
-            f"DDTree at {dd.tok_s:g} tok/s with accept {dd.accept:g} is a {ddtree_step_ms:.4g} ms step, "
-            f"faster than its verify alone, MoE({dd.budget + 1}) + ATTN_BASE = {moe_ddtree.ms:.4g} + "
-            f"{attn_base_ms:.4g} = {floor_ms:.4g} ms (ATTN_BASE from ar_tok_s = {anchors.ar_tok_s:g}); "
-            f"expected SPEC >= 0, i.e. ddtree.tok_s at most {1000.0 * dd.accept / floor_ms:.4g}",
-        )
-    return Decomposition(ratio, ar_step_ms, moe_ar, attn_base_ms, ddtree_step_ms, moe_ddtree, spec_ms)
-
-
-class Drafter(NamedTuple):
-    """A drafter as the model sees it: tree shape, accept lengths, overhead scales."""
-
-    name: str  # one of DRAFTERS
-    block: int
-    budget: int
-    accepts: tuple[float, ...]
-    attn_base_scale: float  # a: ATTN_BASE grows with the verify batch
-    spec_scale: float  # s: draft + tree cost relative to the calibration drafter
-
-
-def drafters(cal: Calibration) -> tuple[Drafter, Drafter]:
-    """The current drafter (the DDTree anchor itself, a = s = 1) and the stronger one."""
-    dd, sd = cal.anchors.ddtree, cal.stronger_drafter
-    return (
-        Drafter("current", dd.block, dd.budget, (dd.accept,), 1.0, 1.0),
-        Drafter("stronger", sd.block, sd.budget, sd.accept, sd.attn_base_scale, sd.spec_scale),
-    )
-
-
-class Scenario(NamedTuple):
-    """One estimate. moe_ms + attn_base_ms + spec_ms == step_ms, the native cut already applied."""
-
-    drafter: str
-    pipeline: str
-    block: int
-    budget: int
-    m: int
-    accept: float
-    chain_alpha: float  # per-token acceptance a chain of depth `block` needs for this accept length
-    moe_ms: float
-    attn_base_ms: float
-    spec_ms: float
-    step_ms: float
-    tok_s: float
-    moe_extrapolated: bool
-    measured: bool  # the scenario is a measurement (the DDTree anchor), not an estimate
-    moe_floor_ms: float | None  # the MoE weight read at 100% of the target's bandwidth (needs `model`)
-    tok_s_ceiling: float | None  # 1000 * accept / moe_floor_ms: nothing but that read left
-
-    @property
-    def label(self) -> str:
-        return f"{self.drafter}/{self.pipeline}@{self.accept:g}"
-
-
-def scenario(
-    cal: Calibration, dec: Decomposition, drafter: Drafter, pipeline: str, accept: float, moe: MoeTime | None = None
-) -> Scenario:
-    """Step time and throughput of one drafter, pipeline and accept length.
-
-    Default stronger drafter on the native engine at accept 14: MoE(33) =
-    24.45 / 4.444 = 5.501 ms, kept overhead = 0.6 * (1.03 * 7.260 + 1.5 *
-    5.270) = 9.230 ms, step = 14.731 ms, 1000 * 14 / 14.731 = 950.4 tok/s.
-    """
-    moe = moe or moe_time(cal, drafter.budget + 1)  # the caller may pass MoE(budget + 1), computed once
-    kept = _kept(cal, pipeline)
-    attn_base_ms = kept * drafter.attn_base_scale * dec.attn_base_ms
-    spec_ms = kept * drafter.spec_scale * dec.spec_ms
-    step_ms = moe.ms + attn_base_ms + spec_ms
-    return Scenario(
-        drafter=drafter.name,
-        pipeline=pipeline,
-        block=drafter.block,
-        budget=drafter.budget,
-        m=moe.m,
-        accept=accept,
-        chain_alpha=chain_alpha(accept, drafter.block),
-        moe_ms=moe.ms,
-        attn_base_ms=attn_base_ms,
-        spec_ms=spec_ms,
-        step_ms=step_ms,
-        tok_s=1000.0 * accept / step_ms,
-        moe_extrapolated=moe.extrapolated,
-        measured=drafter.name == "current" and pipeline == "sglang",
-        moe_floor_ms=moe.floor_ms,
-        tok_s_ceiling=1000.0 * accept / moe.floor_ms if moe.floor_ms else None,
-    )
-
-
-class BreakEven(NamedTuple):
-    """The accept length at which the stronger drafter matches another way of decoding."""
-
-    pipeline: str
-    versus: str  # "current" or "autoregressive"
-    accept: float | None  # None: it cannot break even inside the tree
-    tok_s_to_match: float
-    reason: str | None
-    stronger_step_ms: float  # accept = tok_s_to_match * stronger_step_ms / 1000
-
-
-class Estimate(NamedTuple):
-    calibration: Calibration
-    decomposition: Decomposition
-    scenarios: tuple[Scenario, ...]
-    break_even: tuple[BreakEven, ...]
-
-
-def ar_step_ms(cal: Calibration, dec: Decomposition, pipeline: str) -> float:
-    """Autoregressive step on a pipeline: MoE(1) + (1 - cut) * ATTN_BASE; on SGLang the measured AR step."""
-    return dec.moe_ar.ms + _kept(cal, pipeline) * dec.attn_base_ms
-
-
-def _kept(cal: Calibration, pipeline: str) -> float:
-    """The share of the non-MoE time a pipeline keeps: 1 on SGLang, 1 - overhead_cut natively."""
-    return 1.0 - (cal.native_engine.overhead_cut if pipeline == "native" else 0.0)
-
-
-def break_even(cal: Calibration, dec: Decomposition) -> tuple[BreakEven, ...]:
-    """Accept lengths at which the stronger drafter's tok/s equals the alternative's.
-
-    The stronger step does not depend on accept, so accept = tok_s * step / 1000.
-    Default, SGLang vs the current drafter: 303 * 20.884 / 1000 = 6.33.
-    """
-    current, stronger = drafters(cal)
-    limit = min(stronger.budget, stronger.block) + 1
-    bound = f"budget+1 = {stronger.budget + 1}" if stronger.budget <= stronger.block else f"block+1 = {limit}"
-    rows = []
-    for pipeline in PIPELINES:
-        step = scenario(cal, dec, stronger, pipeline, 1.0).step_ms
-        rivals = {
-            "current": scenario(cal, dec, current, pipeline, current.accepts[0]).tok_s,
-            "autoregressive": 1000.0 / ar_step_ms(cal, dec, pipeline),
-        }
-        for versus, tok_s in rivals.items():
-            accept = tok_s * step / 1000.0
-            if accept > limit:
-                reason = f"it would need accept {accept:.3g}, above the tree's limit {bound}"
-                rows.append(BreakEven(pipeline, versus, None, tok_s, reason, step))
-            else:
-                rows.append(BreakEven(pipeline, versus, accept, tok_s, None, step))
-    return tuple(rows)
-
-
-def scenarios(cal: Calibration, dec: Decomposition) -> tuple[Scenario, ...]:
-    """Every scenario: each drafter, each accept length, each pipeline."""
-    rows = []
-    for drafter in drafters(cal):
-        moe = moe_time(cal, drafter.budget + 1)
-        rows += [scenario(cal, dec, drafter, pipeline, a, moe) for a in drafter.accepts for pipeline in PIPELINES]
-    for row in rows:
-        for name in ("moe_ms", "attn_base_ms", "spec_ms", "step_ms", "tok_s", "moe_floor_ms", "tok_s_ceiling"):
-            value = getattr(row, name)
-            if value is not None and not math.isfinite(value):
-                raise CalibrationError(
-                    row.label, f"{name} = {value}; expected a finite figure: inputs of sensible size"
-                )
-    return tuple(rows)
-
-
-def estimate(cal: Calibration) -> Estimate:
-    """The decomposition, every scenario, and the stronger drafter's break-even accept lengths."""
-    dec = decompose(cal)
-    return Estimate(cal, dec, scenarios(cal, dec), break_even(cal, dec))
-
-
-# === The analyses: overrides, sweeps, sensitivity, solving ===
+def recalibrate(doc: object, cal: Calibration, changes: Sequence[Change]) -> tuple[object, Calibration]:
+    """The document and calibration with some values changed, checked again where they changed."""
+    for path, value in changes:
+        doc = set_path(doc, path, value)
+    return doc, reread(cal, doc, {str(path[0]) for path, _ in changes})
 
 
 class Override(NamedTuple):
@@ -1223,11 +1201,9 @@ class Override(NamedTuple):
 def parse_assignment(option: str, text: str) -> tuple[PathSegments, str]:
     """'KEY.PATH=VALUE' -> (segments, 'VALUE'); errors name the option."""
     key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise CalibrationError(
-            "", "expected KEY.PATH=VALUE, e.g. native_engine.overhead_cut=0.3", file=f"{option} {text}"
-        )
     try:
+        if not sep or not key:
+            raise CalibrationError("", "expected KEY.PATH=VALUE, e.g. native_engine.overhead_cut=0.3")
         return parse_path(key), value
     except CalibrationError as exc:
         exc.file = f"{option} {text}"
@@ -1247,12 +1223,6 @@ def parse_override(text: str) -> Override:
     return Override(text, path, parse_value(value))
 
 
-def apply(doc: object, changes: Sequence[tuple[PathSegments, object]]) -> object:
-    for path, value in changes:
-        doc = set_path(doc, path, value)
-    return doc
-
-
 class ScenarioSpec(NamedTuple):
     """A scenario named on the command line: 'stronger/native@14'; accept None means the default."""
 
@@ -1262,46 +1232,45 @@ class ScenarioSpec(NamedTuple):
 
     @staticmethod
     def parse(option: str, text: str) -> "ScenarioSpec":
-        """'current/native' or 'stronger/sglang@14'."""
         head, _, accept_text = text.partition("@")
         drafter, _, pipeline = head.partition("/")
         if drafter not in DRAFTERS or pipeline not in PIPELINES:
             raise CalibrationError(
-                "",
-                f"expected DRAFTER/PIPELINE[@ACCEPT] with DRAFTER in {', '.join(DRAFTERS)} and PIPELINE in "
-                f"{', '.join(PIPELINES)}, e.g. stronger/native@14",
-                file=f"{option} {text}",
-            )
-        if not accept_text:
-            return ScenarioSpec(drafter, pipeline, None)
-        try:
-            accept = float(accept_text)
-        except ValueError:
-            accept = math.nan
-        if not math.isfinite(accept):
-            raise CalibrationError("", f"@{accept_text}: expected an accept length, e.g. @14", file=f"{option} {text}")
+                "", f"expected DRAFTER/PIPELINE[@ACCEPT] with DRAFTER in {', '.join(DRAFTERS)} and PIPELINE in "
+                f"{', '.join(PIPELINES)}, e.g. stronger/native@14", file=f"{option} {text}",
+            )  # fmt: skip
+        accept = None
+        if accept_text:
+            try:
+                accept = float(accept_text)
+            except ValueError:
+                accept = math.nan
+            if not math.isfinite(accept):
+                raise CalibrationError(
+                    "", f"@{accept_text}: expected an accept length, e.g. @14", file=f"{option} {text}"
+                )
         return ScenarioSpec(drafter, pipeline, accept)
-
-    def resolve(self, cal: Calibration, option: str) -> tuple[Drafter, float]:
-        """The drafter and accept length; by default the median of its accept list (the lower middle one)."""
-        drafter = drafters(cal)[DRAFTERS.index(self.drafter)]
-        if self.accept is None:
-            return drafter, sorted(drafter.accepts)[(len(drafter.accepts) - 1) // 2]
-        try:
-            return drafter, _accept(self.accept, f"@{self.accept:g}", drafter.block, drafter.budget)
-        except CalibrationError as exc:
-            exc.file = f"{option} {self.drafter}/{self.pipeline}@{self.accept:g}"
-            raise
 
 
 def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str) -> Scenario:
-    drafter, accept = spec.resolve(cal, option)
-    return scenario(cal, decompose(cal), drafter, spec.pipeline, accept)
+    """The one scenario a spec names; by default at the median accept of its drafter (the lower middle one)."""
+    drafter = drafters(cal)[DRAFTERS.index(spec.drafter)]
+    if spec.accept is None:
+        accept = sorted(drafter.accepts, key=lambda a: a.value)[(len(drafter.accepts) - 1) // 2]
+    else:
+        try:
+            accept = given("accept", _accept(spec.accept, f"@{spec.accept:g}", drafter.block, drafter.budget), "tokens")
+        except CalibrationError as exc:
+            exc.file = f"{option} {spec.drafter}/{spec.pipeline}@{spec.accept:g}"
+            raise
+    dec = decompose(cal)
+    part = step(cal, dec, drafter, spec.pipeline, moe_time(cal, drafter.budget + 1, dec.bandwidth_ratio))
+    return scenario(dec, drafter, spec.pipeline, accept, part)
 
 
 # --- Sweeps ---
 
-MAX_SWEEP_POINTS = 100_000  # 800,000 scenarios, a 240 MB JSON document: plenty for a what-if
+MAX_SWEEP_POINTS = 100_000  # 800,000 scenarios: plenty for a what-if
 
 
 class Sweep(NamedTuple):
@@ -1318,33 +1287,31 @@ class SweepPoint(NamedTuple):
 def parse_sweep(text: str) -> Sweep:
     """'PATH=V1,V2,...' (each value JSON, else a string) or 'PATH=START:STOP:STEP'.
 
-    A range gives START + i * STEP (computed, not accumulated) up to STOP,
-    which is included when a step lands on it within rounding:
-    0.2:0.6:0.1 -> 0.2, 0.3, 0.4, 0.5, 0.6 (five values).
+    A range gives START + i * STEP (computed, not accumulated) up to STOP, which is included
+    when a step lands on it within rounding; whole-number ends and step give whole numbers.
+
+    >>> parse_sweep("stronger_drafter.budget=16:64:16").values
+    (16, 32, 48, 64)
     """
     path, spec = parse_assignment("--sweep", text)
     parts = spec.split(":")
     if len(parts) == 3 and "," not in spec:
-        numbers = [
-            n
-            for part in parts
-            if isinstance(n := parse_value(part), (int, float)) and not isinstance(n, bool) and math.isfinite(n)
-        ]
-        if len(numbers) != 3:
+        numbers = [n for n in map(parse_value, parts) if isinstance(n, int | float) and not isinstance(n, bool)]
+        if len(numbers) != 3 or not all(map(math.isfinite, numbers)):
             raise CalibrationError("", "expected START:STOP:STEP with three finite numbers", file=f"--sweep {text}")
         if not all(isinstance(n, int) for n in numbers):  # 16:64:16 keeps whole numbers whole (a budget, say)
             numbers = [float(n) for n in numbers]
-        start, stop, step = numbers
-        if step == 0 or (stop - start) / step < 0:
+        start, stop, step_size = numbers
+        if step_size == 0 or (stop - start) / step_size < 0:
             raise CalibrationError(
-                "", f"a step of {step:g} never goes from {start:g} to {stop:g}", file=f"--sweep {text}"
+                "", f"a step of {step_size:g} never goes from {start:g} to {stop:g}", file=f"--sweep {text}"
             )
-        count = math.floor((stop - start) / step + 1e-9) + 1
+        count = math.floor((stop - start) / step_size + 1e-9) + 1
         if count > MAX_SWEEP_POINTS:
             raise CalibrationError(
                 "", f"{count:,} values; expected at most {MAX_SWEEP_POINTS:,}", file=f"--sweep {text}"
             )
-        return Sweep(text, path, tuple(start + i * step for i in range(count)))
+        return Sweep(text, path, tuple(start + i * step_size for i in range(count)))
     try:
         values = json.loads(f"[{spec}]")
     except ValueError:
@@ -1354,7 +1321,7 @@ def parse_sweep(text: str) -> Sweep:
     return Sweep(text, path, tuple(values))
 
 
-def run_sweep(doc: object, cal: Calibration, sweeps: list[Sweep], file: str) -> tuple[SweepPoint, ...]:
+def run_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], file: str) -> tuple[SweepPoint, ...]:
     """Every combination of the sweeps' values (the first sweep outermost), each estimated afresh."""
     total = math.prod(len(s.values) for s in sweeps)
     if total > MAX_SWEEP_POINTS:
@@ -1364,13 +1331,13 @@ def run_sweep(doc: object, cal: Calibration, sweeps: list[Sweep], file: str) -> 
     names = [format_path(s.path) for s in sweeps]
     points = []
     for combo in itertools.product(*(s.values for s in sweeps)):
-        at = tuple(zip(names, combo, strict=True))
         try:
-            changed = apply(doc, [(s.path, v) for s, v in zip(sweeps, combo, strict=True)])
-            point = parse_calibration(changed, full=False, like=(doc, cal))
-            points.append(SweepPoint(at, scenarios(point, decompose(point))))
+            point = recalibrate(doc, cal, [(s.path, v) for s, v in zip(sweeps, combo, strict=True)])[1]
+            points.append(SweepPoint(tuple(zip(names, combo, strict=True)), scenarios(point, decompose(point))))
         except CalibrationError as exc:
-            exc.file = f"{file} at --sweep " + ", ".join(f"{n}={json.dumps(v)}" for n, v in at)
+            exc.file = f"{file} at --sweep " + ", ".join(
+                f"{n}={json.dumps(v)}" for n, v in zip(names, combo, strict=True)
+            )
             raise
     return tuple(points)
 
@@ -1405,42 +1372,35 @@ MAX_BAND_RANGES = 16  # the band evaluates 2**n combinations
 
 
 def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec) -> Sensitivity:
-    """A tornado (each range end alone) and the band over all combinations of range ends.
-
-    Default data, stronger/native@14 at 950.4 tok/s: overhead_cut 0.2 gives
-    1000 * 14 / (5.501 + 0.8 * 15.383) = 786.2 tok/s.
-    """
+    """A tornado (each range end alone, the others as in force) and the band over all combinations of ends."""
     base = scenario_for(cal, spec, "--scenario")
+    if cal.ranges is None:
+        raise CalibrationError("ranges", "missing; --sensitivity varies the assumptions listed there: expected a "
+                                         "`ranges` section (the shipped calibration.json has one to copy)")  # fmt: skip
     if len(cal.ranges) > MAX_BAND_RANGES:
         raise CalibrationError(
             "ranges", f"{len(cal.ranges)} ranges; expected at most {MAX_BAND_RANGES} (the band tries 2^n combinations)"
         )
     paths = [parse_path(r.path) for r in cal.ranges]
 
-    def tok_s(ends: tuple[float, ...], which: list[int]) -> float:
-        changes = [(paths[i], end) for i, end in zip(which, ends, strict=True)]
+    def tok_s(changes: list[Change]) -> float:
         try:
-            changed = parse_calibration(apply(doc, changes), full=False, like=(doc, cal))
-            return scenario_for(changed, spec, "--scenario").tok_s
+            return scenario_for(recalibrate(doc, cal, changes)[1], spec, "--scenario").tok_s
         except CalibrationError as exc:
-            at = ", ".join(f"{format_path(p)}={v:g}" for p, v in changes)
+            at = ", ".join(f"{format_path(p)}={_value_text(v)}" for p, v in changes)
             raise CalibrationError(
                 "ranges", f"at {at} the calibration fails ({exc.path}: {exc.message}); expected ranges it can use"
             ) from None
 
-    rows = []
-    for i, r in enumerate(cal.ranges):
-        value = number_at(doc, paths[i])
-        rows.append(SensitivityRow(r.path, r.low, r.high, tok_s((r.low,), [i]), tok_s((r.high,), [i]), value, r.source))
-    everyone = list(range(len(cal.ranges)))
-    band = [tok_s(ends, everyone) for ends in itertools.product(*((r.low, r.high) for r in cal.ranges))]
+    rows = [
+        SensitivityRow(r.path, r.low, r.high, tok_s([(p, r.low)]), tok_s([(p, r.high)]), number_at(doc, p), r.source)
+        for r, p in zip(cal.ranges, paths, strict=True)
+    ]
+    band = [
+        tok_s(list(zip(paths, ends, strict=True))) for ends in itertools.product(*((r.low, r.high) for r in cal.ranges))
+    ]
     return Sensitivity(
-        base.label,
-        base.tok_s,
-        tuple(sorted(rows, key=lambda row: -row.swing)),
-        min(band, default=base.tok_s),
-        max(band, default=base.tok_s),
-        len(band),
+        base.label, base.tok_s, tuple(sorted(rows, key=lambda row: -row.swing)), min(band), max(band), len(band)
     )
 
 
@@ -1460,129 +1420,128 @@ class Solution(NamedTuple):
 def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, observed: float) -> Solution:
     """The value of one assumption at which a scenario's estimate equals an observed tok/s.
 
-    When the step is linear in the assumption (checked at three points and
-    verified after) it is solved in closed form: default data,
-    current/native = 463 tok/s needs the kept overhead
-    (1000 * 4.4 / 463 - 1.991) / 12.530 = 0.5995, so overhead_cut = 0.4005.
-    Otherwise the valid domain is scanned for sign changes and each is bisected.
+    tok/s = 1000 * accept / step, and most assumptions enter the step linearly: when three spread
+    probes show that, the value is found in closed form and checked. Otherwise the assumption's
+    domain is scanned for sign changes of estimate - observed, and each is bisected.
     """
-    option = "--solve"
     path = parse_path(path_text)
     key = format_path(path)
     candidates = [k for k, d in cal.domains.items() if not d.integer and not k.startswith("ranges.")]
     if key not in candidates:
-        near = _closest(key, candidates)
-        hint = f"did you mean {near}?" if near else "expected the key path of a number, e.g. native_engine.overhead_cut"
-        whole = key in cal.domains and cal.domains[key].integer
-        raise CalibrationError(
-            key,
+        hint = _unknown(key, candidates, "expected the key path of a number, e.g. native_engine.overhead_cut")
+        message = (
             "is a whole number; --solve needs a continuous one"
-            if whole
-            else f"not a number of the calibration ({hint})",
-            file=option,
+            if key in cal.domains
+            else f"not a number of the calibration ({hint})"
         )
-    domain = cal.domains[key]
-    previous = number_at(doc, path)
+        raise CalibrationError(key, message, file="--solve")
+    domain, previous = cal.domains[key], number_at(doc, path)
     target = scenario_for(cal, spec, "--observed")
-    label = target.label
+    label, accept = target.label, target.accept
 
     def gap(value: float) -> float | None:
         """Estimated minus observed tok/s at this value; None where the calibration is invalid there."""
         try:
-            changed = parse_calibration(set_path(doc, path, value), full=False, like=(doc, cal))
-            return scenario_for(changed, spec, "--observed").tok_s - observed
+            return scenario_for(recalibrate(doc, cal, [(path, value)])[1], spec, "--observed").tok_s - observed
         except CalibrationError:
             return None
 
-    def fits(value: float) -> bool:
-        g = gap(value)
-        return g is not None and abs(g) <= 1e-9 * observed
-
-    # Closed form: tok/s = 1000 * accept / step, and many assumptions enter the step linearly.
-    probes = _probes(domain, previous)
+    span = (
+        domain.high - domain.low
+        if math.isfinite(domain.high)
+        else (previous - domain.low if previous > domain.low else 1.0)
+    )
+    probes = [domain.low + f * span for f in ((0.1, 0.5, 0.9) if math.isfinite(domain.high) else (0.5, 1.0, 2.0))]
     gaps = [g for v in probes if (g := gap(v)) is not None]
-    if len(gaps) == len(probes):
-        s0, s1, s2 = (1000.0 * target.accept / (g + observed) for g in gaps)  # the step times
-        v0, v1, v2 = probes
+    if len(gaps) == 3:
+        (s0, s1, s2), (v0, v1, v2) = [1000.0 * accept / (g + observed) for g in gaps], probes  # the step times
         slope = (s1 - s0) / (v1 - v0)
         if slope != 0 and abs(s0 + slope * (v2 - v0) - s2) <= 1e-9 * max(abs(s2), 1e-300):
-            value = v0 + (1000.0 * target.accept / observed - s0) / slope
+            value = v0 + (1000.0 * accept / observed - s0) / slope
             if value not in domain:
                 raise CalibrationError(
-                    key,
-                    f"{label} reaches {observed:g} tok/s only at {value:.6g}, outside the values it may take "
-                    f"({domain.describe()})",
-                    file=option,
-                )
-            if fits(value):
+                    key, f"{label} reaches {observed:g} tok/s only at {value:.6g}, outside the values it may take "
+                    f"({domain.describe()})", file="--solve",
+                )  # fmt: skip
+            if (g := gap(value)) is not None and abs(g) <= 1e-9 * observed:
                 return Solution(key, value, previous, observed, label, "closed form (the step is linear in it)", ())
 
-    roots, reached = _bisect_roots(gap, _scan_grid(domain, previous))
+    if math.isfinite(domain.high):
+        grid = [domain.low + span * i / 400 for i in range(401)]
+    else:  # geometric, 2^-20 to 2^20 times the distance of the value in force from the domain's low end
+        grid = [domain.low + span * 2.0 ** (k / 8) for k in range(-160, 161)]
+    roots, reached = crossings(gap, [v for v in grid if v in domain])
     if reached and min(reached) == max(reached):
         raise CalibrationError(
-            key, f"{label} does not depend on it (it stays at {reached[0] + observed:.6g} tok/s)", file=option
+            key, f"{label} does not depend on it (it stays at {reached[0] + observed:.6g} tok/s)", file="--solve"
         )
     if not roots:
-        span = f"{min(reached) + observed:.6g} to {max(reached) + observed:.6g} tok/s" if reached else "no valid value"
+        tried = f"{min(reached) + observed:.6g} to {max(reached) + observed:.6g} tok/s" if reached else "no valid value"
         raise CalibrationError(
-            key,
-            f"no value it may take ({domain.describe()}) brings {label} to {observed:g} tok/s; "
-            f"over the values tried it gives {span}",
-            file=option,
-        )
+            key, f"no value it may take ({domain.describe()}) brings {label} to {observed:g} tok/s; over the values "
+            f"tried it gives {tried}", file="--solve",
+        )  # fmt: skip
     roots.sort(key=lambda v: abs(v - previous))
     return Solution(key, roots[0], previous, observed, label, "bisection", tuple(roots[1:]))
 
 
-def _span(domain: Domain, value: float) -> float:
-    """How far to look above the domain's low end: its width when bounded, else the value's distance from it."""
-    if math.isfinite(domain.high):
-        return domain.high - domain.low
-    return value - domain.low if value > domain.low else 1.0
+def crossings(gap: Callable[[float], float | None], grid: list[float]) -> tuple[list[float], list[float]]:
+    """Each sign change of gap along the grid, narrowed by bisection; and every gap seen.
 
-
-def _probes(domain: Domain, value: float) -> tuple[float, float, float]:
-    """Three well-spread points inside a domain, for the linearity check."""
-    span = _span(domain, value)
-    factors = (0.1, 0.5, 0.9) if math.isfinite(domain.high) else (0.5, 1.0, 2.0)
-    low, mid, high = (domain.low + f * span for f in factors)
-    return low, mid, high
-
-
-def _scan_grid(domain: Domain, value: float) -> list[float]:
-    """Points across a domain: 401 evenly spaced when it is bounded; else geometric, 2^-20 to 2^20 around value."""
-    span = _span(domain, value)
-    if math.isfinite(domain.high):
-        grid = [domain.low + span * i / 400 for i in range(401)]
-    else:
-        grid = [domain.low + span * 2.0 ** (k / 8) for k in range(-160, 161)]
-    return [v for v in grid if v in domain]
-
-
-def _bisect_roots(gap: Callable[[float], float | None], grid: list[float]) -> tuple[list[float], list[float]]:
-    """Each sign change of gap along the grid, narrowed by bisection; and every gap seen."""
+    >>> crossings(lambda v: (v - 1) * (v - 3), [0.5 * i for i in range(9)])[0]
+    [1.0, 3.0]
+    """
     seen = [(v, g) for v in grid if (g := gap(v)) is not None]
-    roots = []
+    roots = [v for v, g in seen if g == 0]
     for (a, ga), (b, gb) in itertools.pairwise(seen):
-        if ga == 0:
-            roots.append(a)
-        elif ga * gb < 0:
-            for _ in range(200):
-                mid = (a + b) / 2
-                gm = gap(mid)
-                if gm is None or mid in (a, b):
-                    break
-                if (gm < 0) == (ga < 0):
-                    a, ga = mid, gm
-                else:
-                    b = mid
-            roots.append((a + b) / 2)
-    if seen and seen[-1][1] == 0:
-        roots.append(seen[-1][0])
-    return roots, [g for _, g in seen]
+        if ga * gb >= 0:
+            continue
+        gm: float | None = None
+        while a < (mid := (a + b) / 2) < b and (gm := gap(mid)) is not None and gm != 0:
+            a, ga, b = (mid, gm, b) if (gm < 0) == (ga < 0) else (a, ga, mid)
+        roots.append(mid if gm == 0 else (a + b) / 2)
+    return sorted(roots), [g for _, g in seen]
+
+
+# --- Warnings: inputs that ask more than the hardware can give ---
+
+
+def physical_warnings(est: Estimate, sweep: Sequence[SweepPoint] | None) -> tuple[str, ...]:
+    """Inputs that ask for more than 100% of a GPU's memory bandwidth."""
+    ref, tgt = est.calibration.hardware.reference, est.calibration.hardware.target
+    warnings = [
+        f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB per GPU, which "
+        f"takes at least {p.peak_ms:.3g} ms at {ref.name}'s {ref.mem_bandwidth_tb_s:g} TB/s: {100 * p.efficiency:.1f}% "
+        "of peak bandwidth is impossible; check the time, the `model` geometry or hardware.reference.mem_bandwidth_tb_s"
+        for p in est.roofline or ()
+        if p.efficiency > 1
+    ]
+    seen = set()
+    for values, rows in [((), est.scenarios), *((p.values, p.scenarios) for p in sweep or ())]:
+        for row in rows:
+            if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms and row.label not in seen:
+                seen.add(row.label)
+                warnings.append(
+                    f"{row.label}{''.join(f' at {n}={_value_text(v)}' for n, v in values)}: the estimated step of "
+                    f"{row.step_ms:.3g} ms is shorter than reading the MoE weights alone ({row.moe_floor_ms:.3g} ms at "
+                    f"100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s); the inputs are inconsistent: check the "
+                    "curve, the bandwidths and the anchors"
+                )
+    return tuple(warnings)
 
 
 # === One run: everything the options ask for, computed once ===
+
+
+class Options(NamedTuple):
+    """What the command line asks for, parsed into plain values."""
+
+    calibration: str | None  # None: the default calibration
+    overrides: tuple[Override, ...] = ()
+    sweeps: tuple[Sweep, ...] = ()
+    sensitivity: ScenarioSpec | None = None
+    solve: str | None = None
+    observed: tuple[ScenarioSpec, float] | None = None
 
 
 class Provenance(NamedTuple):
@@ -1600,125 +1559,529 @@ class Report(NamedTuple):
     solve: Solution | None
     sensitivity: Sensitivity | None
     sweep: tuple[SweepPoint, ...] | None
-    roofline: tuple[RooflinePoint, ...] | None  # None without a `model` section
     warnings: tuple[str, ...]  # physically impossible inputs; printed on stderr, the exit status stays 0
     document: object  # the calibration document in force (after --set and --solve), for its sources
 
 
-def _parse_observed(text: str) -> tuple[ScenarioSpec, float]:
-    """'current/native=463' -> (the scenario, 463.0)."""
-    label, sep, tok_s_text = text.rpartition("=")
-    if not sep:
-        raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"--observed {text}")
-    spec = ScenarioSpec.parse("--observed", label)
-    tok_s = parse_value(tok_s_text)
-    if isinstance(tok_s, bool) or not isinstance(tok_s, (int, float)) or not 0 < tok_s < math.inf:
-        raise CalibrationError(
-            "", f"{tok_s_text!r}: expected a positive throughput in tok/s", file=f"--observed {text}"
-        )
-    return spec, float(tok_s)
-
-
-def build_report(args: argparse.Namespace) -> Report:
-    """Load, override, solve, estimate and analyse: everything main does except printing."""
-    overrides = [parse_override(text) for text in args.set]
-    sweeps = [parse_sweep(text) for text in args.sweep]
-    focus = ScenarioSpec.parse("--scenario", args.scenario or "stronger/native")
-    observed = _parse_observed(args.observed) if args.observed else None
-
-    path = args.calibration or default_calibration_path()
-    file = args.calibration or display_name(path)
-    label = file + "".join(f" with --set {o.text}" for o in overrides)
+def build_report(options: Options) -> Report:
+    """Load, override, solve, estimate and analyse: everything a run does except printing."""
+    path = options.calibration or default_calibration_path()
+    file = options.calibration or display_name(path)
+    label = file + "".join(f" with --set {o.text}" for o in options.overrides)
     try:
-        raw, digest = read_document(path)
-        doc = apply(raw, [(o.path, o.value) for o in overrides])
-        cal = parse_calibration(doc)
-        solution = None
-        if args.solve and observed:
-            solution = solve(doc, cal, args.solve, *observed)
-            doc = set_path(doc, parse_path(args.solve), solution.value)
-            cal = parse_calibration(doc)
+        doc, digest = read_document(path)
+        for override in options.overrides:
+            doc = set_path(doc, override.path, override.value)
+        cal, solution = parse_calibration(doc), None
+        if options.solve and options.observed:
+            solution = solve(doc, cal, options.solve, *options.observed)
+            doc, cal = recalibrate(doc, cal, [(parse_path(options.solve), solution.value)])
         est = estimate(cal)
-        sens = sensitivity(doc, cal, focus) if args.sensitivity else None
-        sweep = run_sweep(doc, cal, sweeps, label) if sweeps else None
+        sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
+        sweep = run_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
     except CalibrationError as exc:
         exc.file = exc.file or label
         raise
-    provenance = Provenance(file, digest, __version__, tuple(o.text for o in overrides))
-    roof = roofline(cal) if cal.model else None
-    warnings = physical_warnings(est, roof, sweep)
-    return Report(provenance, est, solution, sens, sweep, roof, warnings, doc)
+    provenance = Provenance(file, digest, __version__, tuple(o.text for o in options.overrides))
+    return Report(provenance, est, solution, sens, sweep, physical_warnings(est, sweep), doc)
 
 
-# === Rendering ===
+# === Rendering: every renderer reads the report and formats it; none calls the model ===
+
+# How a figure prints, by unit: (as a result, as a number inside another figure's formula).
+FIGURE_FORMATS = {
+    "ms": ("{:.2f} ms", "{:.3f}"),
+    "tok/s": ("{:.0f} tok/s", "{:.1f}"),
+    "x": ("{:.2f}x", "{:.3f}"),  # a speed-up
+    "ratio": ("{:.3f}x", "{:.3f}"),  # the bandwidth ratio
+    "%": ("{:.1%}", "{:.3f}"),
+    "GB": ("{:.2f} GB", "{:.3f} GB"),
+    "MB": ("{:.2f} MB", "{:.2f} MB"),
+    "TB/s": ("{:g} TB/s", "{:g} TB/s"),
+    "experts": ("{:.1f}", "{:.2f}"),
+    "tokens": ("{:.2f}", "{:.2f}"),  # an accept length
+    "count": ("{:.0f}", "{:.0f}"),
+    "": ("{:.3f}", "{:.4g}"),
+}
+_UNIT_SUFFIXES = {"ms": " ms", "tok/s": " tok/s", "TB/s": " TB/s", "GB": " GB", "MB": " MB"}
 
 
-# --- Warnings: inputs that ask more than the hardware can give ---
+def figure_text(figure: Figure, operand: bool = False) -> str:
+    """A figure as the tables round it ('7.26 ms', '463 tok/s', '86.3%'); a calibration value as given."""
+    if figure.path:
+        suffix = _UNIT_SUFFIXES.get(figure.unit, "")
+        return f"{figure.value:g}{suffix if not operand or figure.unit in ('TB/s', 'GB', 'MB') else ''}"
+    return FIGURE_FORMATS[figure.unit][operand].format(figure.value)
 
 
-def physical_warnings(
-    est: Estimate, roof: tuple[RooflinePoint, ...] | None, sweep: tuple[SweepPoint, ...] | None
-) -> tuple[str, ...]:
-    """Inputs that ask for more than 100% of a GPU's memory bandwidth."""
-    cal = est.calibration
-    ref, tgt = cal.hardware.reference, cal.hardware.target
-    warnings = [
-        f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB per GPU, "
-        f"which takes at least {p.peak_ms:.3g} ms at {ref.name}'s {ref.mem_bandwidth_tb_s:g} TB/s: "
-        f"{_pct(p.efficiency)} of peak bandwidth is impossible; check the time, the `model` geometry "
-        "or hardware.reference.mem_bandwidth_tb_s"
-        for p in roof or ()
-        if p.efficiency > 1
-    ]
-    seen = set()
-    for values, rows in [((), est.scenarios), *((p.values, p.scenarios) for p in sweep or ())]:
-        for row in rows:
-            if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms and row.label not in seen:
-                seen.add(row.label)
-                at = "".join(f" at {name}={_value_text(v)}" for name, v in values)
-                warnings.append(
-                    f"{row.label}{at}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the MoE "
-                    f"weights alone ({row.moe_floor_ms:.3g} ms at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} "
-                    "TB/s); the inputs are inconsistent: check the curve, the bandwidths and the anchors"
-                )
-    return tuple(warnings)
+def substitute(figure: Figure) -> str:
+    """The formula with each input's value in place of its name: 'AR step - MoE(1)' -> '7.519 - 0.259'."""
+    inputs = {i.name: i for i in figure.inputs}
+    return replace_names(figure.formula, inputs, lambda name: figure_text(inputs[name], operand=True))
 
 
-def calibration_json(est: Estimate) -> dict[str, object]:
-    dec = est.decomposition
-    return {
-        "bandwidth_ratio": dec.bandwidth_ratio,
-        "ar_step_ms": dec.ar_step_ms,
-        "moe_ar_ms": dec.moe_ar.ms,
-        "attn_base_ms": dec.attn_base_ms,
-        "ddtree_m": dec.moe_ddtree.m,
-        "ddtree_step_ms": dec.ddtree_step_ms,
-        "moe_ddtree_ms": dec.moe_ddtree.ms,
-        "spec_ms": dec.spec_ms,
-        "overhead_share": dec.overhead_share,
-        "moe_extrapolated": dec.moe_ar.extrapolated or dec.moe_ddtree.extrapolated,
+def explain_line(figure: Figure) -> str:
+    return f"  {figure.name} = {figure.formula} = {substitute(figure)} = {figure_text(figure)}"
+
+
+def _value_text(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else value if isinstance(value, str) else json.dumps(value)
+
+
+class Column(NamedTuple):
+    header: str
+    fmt: str = ""  # a float format for a right-aligned number column; "" for left-aligned text
+
+
+def table(rows: Iterable[Sequence[object]], columns: Sequence[Column], tablefmt: str) -> str:
+    """A table in any tabulate format: tabulate formats and aligns the numbers; text is left as it is."""
+    from tabulate import tabulate
+
+    text: str = tabulate(
+        list(rows), headers=[c.header for c in columns], tablefmt=tablefmt, floatfmt=[c.fmt or "g" for c in columns],
+        colalign=["right" if c.fmt else "left" for c in columns], missingval="",
+        disable_numparse=[i for i, c in enumerate(columns) if not c.fmt],
+    )  # fmt: skip
+    return text
+
+
+class Section(NamedTuple):
+    name: str  # a heading: "Calibration"
+    title: str  # one line saying what the table holds
+    body: str  # a table, and any lines under it
+
+
+def _header_line(report: Report) -> str:
+    """The provenance line every output carries: tool version, calibration file and hash, overrides."""
+    prov = report.provenance
+    return (
+        f"estimate_b300 {prov.tool_version}; calibration {prov.calibration_file} (sha256 {prov.calibration_sha256}); "
+        f"overrides: {', '.join(prov.overrides) or 'none'}"
+    )
+
+
+def _title(report: Report) -> str:
+    return f"Kimi K2.x + DDTree at concurrency 1 on {report.estimate.calibration.hardware.target.name}"
+
+
+def calibration_section(report: Report, tablefmt: str) -> Section:
+    est = report.estimate
+    dec, cal = est.decomposition, est.calibration
+    ref, tgt, dd = cal.hardware.reference, cal.hardware.target, cal.anchors.ddtree
+
+    def curve_basis(moe: MoeTime) -> str:
+        point = next((p for p in cal.moe_curve.points if p.m == moe.m), None)
+        how = point.basis if point else ("extrapolated" if moe.extrapolated else "interpolated")
+        if est.experts_fit:
+            how = "experts fit" + (f"; the {point.basis} point is {point.ms:g} ms" if point else "")
+        return f"curve({moe.m}) = {moe.time.inputs[0].value:.4g} ms ({how})"
+
+    basis = {
+        "AR step": f"measured: {cal.anchors.ar_tok_s:g} tok/s",
+        dec.moe_ar.time.name: curve_basis(dec.moe_ar),
+        "DDTree step": f"measured: {dd.tok_s:g} tok/s at accept {dd.accept:g} (block {dd.block}, budget {dd.budget})",
+        dec.moe_ddtree.time.name: curve_basis(dec.moe_ddtree),
     }
+    figures = (
+        dec.ar_step,
+        dec.moe_ar.time,
+        dec.attn_base,
+        dec.ddtree_step,
+        dec.moe_ddtree.time,
+        dec.spec,
+        dec.overhead,
+    )
+    shares = {name: f.value for name, f in dec.shares.items()}
+    rows = [[f.name, f.formula, f.value, shares.get(f.name), basis.get(f.name, "derived")] for f in figures]
+    if dec.moe_ar.m != dec.moe_ddtree.m:
+        rows[1][3] = None  # MoE(1) is not part of the DDTree step
+    columns = [
+        Column("figure"),
+        Column("formula"),
+        Column("ms", ".2f"),
+        Column("share of DDTree step", ".1%"),
+        Column("basis"),
+    ]
+    title = (
+        f"Calibration: bandwidth ratio {tgt.name} / {ref.name} = {tgt.mem_bandwidth_tb_s:g} / "
+        f"{ref.mem_bandwidth_tb_s:g} TB/s = {figure_text(dec.bandwidth_ratio)} (the MoE time divides by it)"
+    )
+    body = table(rows, columns, tablefmt)
+    if est.experts_fit:
+        fit = est.experts_fit
+        residuals = ", ".join(f"M={m}: {r:+.3f}" for m, r in fit.residuals_ms)
+        body += (
+            f"\nMoE(M) read from the experts fit: curve(M) = {fit.t0.value:.4g} + {fit.t_expert.value:.4g} x "
+            f"distinct(M) ms (least squares over the curve; residuals in ms: {residuals})"
+        )
+    return Section("Calibration", title, body)
+
+
+SCENARIO_COLUMNS = [
+    Column("MoE ms", ".2f"), Column("ATTN_BASE ms", ".2f"), Column("SPEC ms", ".2f"), Column("step ms", ".2f"),
+    Column("tok/s", ".0f"), Column("vs AR", "s"),
+]  # fmt: skip
+
+
+def _scenario_cells(row: Scenario) -> list[object]:
+    moe = f"{row.moe_ms:.2f}*" if row.moe_extrapolated else row.moe_ms
+    return [moe, row.attn_base_ms, row.spec_ms, row.step_ms, row.tok_s, figure_text(row.figures["vs AR"])]
+
+
+def drafter_sections(report: Report, tablefmt: str) -> list[Section]:
+    cal = report.estimate.calibration
+    dd, sd, cut = cal.anchors.ddtree, cal.stronger_drafter, cal.native_engine.overhead_cut
+    current = [
+        [PIPELINE_LABELS[row.pipeline], row.accept, row.chain_alpha, *_scenario_cells(row),
+         "measured" if row.measured else f"estimate: overhead cut {100 * cut:g}%"]
+        for row in report.estimate.scenarios if row.drafter == "current"
+    ]  # fmt: skip
+    stronger = [
+        [row.accept, row.chain_alpha, PIPELINE_LABELS[row.pipeline], *_scenario_cells(row)]
+        for row in report.estimate.scenarios
+        if row.drafter == "stronger"
+    ]
+    accept, alpha, pipeline = Column("accept", "g"), Column("chain alpha", ".3f"), Column("pipeline")
+    return [
+        Section(
+            "Current drafter",
+            f"Current drafter: block {dd.block}, budget {dd.budget}, verify batch M = {dd.budget + 1}",
+            table(current, [pipeline, accept, alpha, *SCENARIO_COLUMNS, Column("basis")], tablefmt),
+        ),
+        Section(
+            "Stronger drafter", f"Stronger drafter: block {sd.block}, budget {sd.budget}, verify batch M = "
+            f"{sd.budget + 1}; ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}",
+            table(stronger, [accept, alpha, pipeline, *SCENARIO_COLUMNS], tablefmt),
+        ),
+    ]  # fmt: skip
+
+
+def break_even_section(report: Report, tablefmt: str) -> Section:
+    versus = {"current": "current drafter", "autoregressive": "autoregressive"}
+    rows = [
+        [PIPELINE_LABELS[b.pipeline], versus[b.versus], b.tok_s_to_match,
+         f"{b.accept:.2f}" if b.accept is not None else f"cannot: {b.reason}"]
+        for b in report.estimate.break_even
+    ]  # fmt: skip
+    columns = [Column("pipeline"), Column("versus"), Column("tok/s to match", ".1f"), Column("accept needed", "s")]
+    return Section(
+        "Break-even accept",
+        "Break-even: the accept length at which the stronger drafter matches",
+        table(rows, columns, tablefmt),
+    )
+
+
+def physical_sections(report: Report, tablefmt: str) -> list[Section]:
+    est = report.estimate
+    cal, model, roof = est.calibration, est.calibration.model, est.roofline
+    if model is None or roof is None:
+        return [
+            Section(
+                "Physical cross-check", "Physical cross-check: left out, the calibration has no `model` section.", ""
+            )
+        ]
+    ref, tgt = cal.hardware.reference, cal.hardware.target
+    expert = next(f for f in roof[0].figures if f.name == "expert MB")
+    title = (
+        f"Physical cross-check (uniform routing: each token picks {model.experts_per_token} of {model.routed_experts} "
+        f"experts independently): {model.layers - model.dense_layers} MoE layers, one routed expert "
+        f"{figure_text(expert)}, TP {cal.moe_curve.tp}"
+        + (", shared expert included at 16 bits" if model.curve_includes_shared_expert else "")
+    )
+    rows = [
+        [p.m, p.basis, f"{p.ms:g}", p.distinct_experts, p.bytes_per_gpu / 1e9, p.peak_ms, p.efficiency] for p in roof
+    ]
+    columns = [
+        Column("M", "d"), Column("basis"), Column("curve ms", "s"), Column("distinct experts", ".1f"),
+        Column("GB per GPU", ".2f"), Column(f"ms at {ref.mem_bandwidth_tb_s:g} TB/s peak", ".2f"),
+        Column("efficiency", ".1%"),
+    ]  # fmt: skip
+    floors = [
+        [row.label, row.m, row.moe_floor_ms, row.step_ms, row.tok_s, row.tok_s_ceiling, row.figures["of ceiling"].value]
+        for row in est.scenarios
+        if row.moe_floor_ms is not None
+    ]
+    floor_columns = [
+        Column("scenario"), Column("M", "d"), Column("MoE floor ms", ".2f"), Column("step ms", ".2f"),
+        Column("tok/s", ".0f"), Column("ceiling tok/s", ".0f"), Column("of ceiling", ".1%"),
+    ]  # fmt: skip
+    floor_title = (
+        f"The floor: the MoE weight read at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s, and the tok/s "
+        "ceiling if everything else took no time"
+    )
+    return [
+        Section("Physical cross-check", title, table(rows, columns, tablefmt)),
+        Section("The MoE floor", floor_title, table(floors, floor_columns, tablefmt)),
+    ]
+
+
+def sensitivity_section(report: Report, tablefmt: str) -> Section:
+    sens = report.sensitivity
+    assert sens is not None
+    rows = [
+        [r.path, f"{r.value:g}", f"{r.low:g} - {r.high:g}", r.tok_s_at_low, r.tok_s_at_high, r.swing, r.source]
+        for r in sens.rows
+    ]
+    columns = [
+        Column("assumption"), Column("in force"), Column("range"), Column("tok/s at low", ".0f"),
+        Column("tok/s at high", ".0f"), Column("swing", ".0f"), Column("source"),
+    ]  # fmt: skip
+    title = (
+        f"Sensitivity of {sens.scenario} ({sens.tok_s:.0f} tok/s): each assumption at either end of its range, "
+        "the others as in force"
+    )
+    band = (
+        f"Band: {sens.tok_s_min:.0f} to {sens.tok_s_max:.0f} tok/s over all {sens.combinations} combinations "
+        "of the range ends; a what-if range, not a statistical interval."
+    )
+    return Section("Sensitivity", title, f"{table(rows, columns, tablefmt)}\n{band}")
+
+
+def sweep_section(report: Report, tablefmt: str) -> Section:
+    points = report.sweep or ()
+    first = points[0].scenarios if points else ()
+    groups = list(dict.fromkeys((row.drafter, row.pipeline) for row in first))
+    columns = [Column(name) for name, _ in (points[0].values if points else ())]
+    for drafter, pipeline in groups:
+        columns.append(Column(f"{drafter}/{pipeline} step ms", "s"))
+        columns += [
+            Column(f"{row.label} tok/s", ".0f") for row in first if (row.drafter, row.pipeline) == (drafter, pipeline)
+        ]
+    rows = []
+    for point in points:
+        cells: list[object] = [_value_text(v) for _, v in point.values]
+        for group in groups:
+            in_group = [row for row in point.scenarios if (row.drafter, row.pipeline) == group]
+            cells += [
+                f"{in_group[0].step_ms:.2f}" + ("*" if in_group[0].moe_extrapolated else ""),
+                *(r.tok_s for r in in_group),
+            ]
+        rows.append(cells)
+    return Section("Sweep", f"Sweep: {len(points)} points", table(rows, columns, tablefmt))
+
+
+def solve_section(report: Report, tablefmt: str) -> Section:
+    sol = report.solve
+    assert sol is not None
+    title = (
+        f"Solved: {sol.path} = {sol.value:.6g} (was {sol.previous:g}) brings {sol.scenario} to the observed "
+        f"{sol.observed:g} tok/s; {sol.method}. Every figure below uses it."
+    )
+    others = ", ".join(f"{v:.6g}" for v in sol.other_values)
+    return Section(
+        "Solved",
+        title,
+        f"Other values fit too: {others} (the estimate is not monotonic in {sol.path})." if others else "",
+    )
+
+
+def sections(report: Report, tablefmt: str) -> list[Section]:
+    """The report's tables, in the order every format prints them."""
+    parts = [solve_section(report, tablefmt)] if report.solve else []
+    if report.sweep is not None:
+        parts.append(sweep_section(report, tablefmt))
+    else:
+        parts += [calibration_section(report, tablefmt), *drafter_sections(report, tablefmt)]
+        parts += [break_even_section(report, tablefmt), *physical_sections(report, tablefmt)]
+    return parts + ([sensitivity_section(report, tablefmt)] if report.sensitivity else [])
+
+
+def footnotes(report: Report) -> list[str]:
+    cal, sens = report.estimate.calibration, report.sensitivity
+    ms = [p.m for p in cal.moe_curve.points]
+    rows = [row for p in report.sweep or () for row in p.scenarios] or list(report.estimate.scenarios)
+    notes = []
+    if report.sweep is None:
+        notes.append(f"vs AR: tok/s over the measured autoregressive {cal.anchors.ar_tok_s:g} tok/s.")
+        notes.append(
+            "chain alpha: the per-token acceptance rate a single chain as deep as the block would need for that "
+            "accept length, (1 - a^(block+1)) / (1 - a) = accept (Leviathan et al., 2023); a tree verifies several "
+            "candidates per depth, so it reaches the same accept length with a lower alpha."
+        )
+    extrapolated = sorted({row.m for row in rows if row.moe_extrapolated})
+    if extrapolated:
+        notes.append(
+            f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve's "
+            f"M = {ms[0]}..{ms[-1]}; "
+            "read along the nearest end segment"
+            + (" of the curve." if cal.moe_curve.fit == "linear" else " range by the experts fit.")
+        )
+    notes += [
+        f"Note: {row.path} = {row.value:g} lies outside its range {row.low:g} - {row.high:g}."
+        for row in (sens.rows if sens else ())
+        if not row.low <= row.value <= row.high
+    ]
+    band = (
+        f" Over the ranges of its assumptions, {sens.scenario} spans {sens.tok_s_min:.0f} to "
+        f"{sens.tok_s_max:.0f} tok/s "
+        "(a what-if band, not a statistical interval)."
+        if sens
+        else " --sensitivity shows how far each assumption moves them."
+    )
+    notes.append(
+        "Uncertainty: only the SGLang current-drafter row is measured; every other row is an estimate whose non-MoE "
+        "split, stronger-drafter cost and accept lengths are assumptions." + band
+    )
+    return notes
+
+
+# --- The breakdown chart ---
+
+CHART_FILLS = {False: ("\u2588", "\u2592", "\u2591"), True: ("#", "=", ".")}  # MoE, ATTN_BASE, SPEC
+CHART_PARTS = ("MoE", "ATTN_BASE", "SPEC")
+
+
+def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: bool) -> str:
+    """One stacked bar per scenario, all on one time scale, fitting in `columns`.
+
+    Segment ends are rounded on the running total, so each bar is as long as its whole step.
+    """
+    fills = CHART_FILLS[ascii_only]
+    steps, rates = [f"{row.step_ms:.2f}" for row in scenarios], [f"{row.tok_s:.0f}" for row in scenarios]
+    ends = [
+        f"{s:>{max(map(len, steps))}} ms {r:>{max(map(len, rates))}} tok/s" for s, r in zip(steps, rates, strict=True)
+    ]
+    label_width, end_width = max(len(row.label) for row in scenarios), max(map(len, ends))
+    bar_width = max(columns - label_width - end_width - 3, 10)
+    ms_per_column = max(row.step_ms for row in scenarios) / bar_width
+    legend = "  ".join(f"{fill} {part}" for fill, part in zip(fills, CHART_PARTS, strict=True))
+    lines = [f"Step time breakdown: 1 column = {ms_per_column:.3f} ms", f"{legend}  (one scale for all bars)"]
+    for end, row in zip(ends, scenarios, strict=True):
+        bar, done, total = "", 0, 0.0
+        for fill, part_ms in zip(fills, (row.moe_ms, row.attn_base_ms, row.spec_ms), strict=True):
+            total += part_ms
+            upto = round(total / ms_per_column)
+            bar, done = bar + fill * (upto - done), upto
+        lines.append(f"{row.label:<{label_width}} {bar:<{bar_width}} {end:>{end_width}}")
+    return "\n".join(lines)
+
+
+def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
+    """The breakdown as a Mermaid xychart: its bar series are drawn over one another, so they are running totals."""
+    series = [
+        ("step = MoE + ATTN_BASE + SPEC", [row.step_ms for row in scenarios]),
+        ("MoE + ATTN_BASE", [row.moe_ms + row.attn_base_ms for row in scenarios]),
+        ("MoE", [row.moe_ms for row in scenarios]),
+    ]
+    labels = ", ".join(f'"{row.label}"' for row in scenarios)
+    return "\n".join([
+        "```mermaid",
+        "xychart-beta horizontal",
+        '    title "Step time per scenario (ms)"',
+        f"    x-axis [{labels}]",
+        f'    y-axis "ms" 0 --> {math.ceil(max(row.step_ms for row in scenarios))}',
+        *(f'    bar "{name}" [{", ".join(f"{v:.2f}" for v in values)}]' for name, values in series),
+        "```",
+    ])  # fmt: skip
+
+
+# --- The formats: text, JSON, Markdown, CSV, --explain ---
+
+
+class RenderOptions(NamedTuple):
+    tablefmt: str = "simple"
+    chart_columns: int = 80  # 0: no chart
+    ascii_only: bool = False
+
+
+def render_tables(report: Report, how: RenderOptions) -> str:
+    parts = [f"{_header_line(report)}\n{_title(report)}"]
+    parts += [f"{s.title}\n{s.body}".rstrip("\n") for s in sections(report, how.tablefmt)]
+    if how.chart_columns and report.sweep is None:
+        parts.append(breakdown_chart(report.estimate.scenarios, how.chart_columns, how.ascii_only))
+    return "\n\n".join([*parts, "\n".join(footnotes(report))]) + "\n"
+
+
+def render_markdown(report: Report, how: RenderOptions) -> str:
+    """A document to paste into design notes: GitHub tables, a Mermaid chart, assumptions and notes."""
+    parts = [f"_{_header_line(report)}_", f"## {_title(report)}"]
+    for section in sections(report, "github"):
+        parts += [f"### {section.name}", section.title, *([section.body] if section.body else [])]
+    if how.chart_columns and report.sweep is None:
+        legend = "Bars drawn over one another: the longest is the whole step; MoE + ATTN_BASE and MoE lie on top."
+        parts += ["### Step-time breakdown", mermaid_chart(report.estimate.scenarios), legend]
+    notes = [note.replace("* ", "\\* ", 1) if note.startswith("* ") else note for note in footnotes(report)]
+    parts += [
+        "### Assumptions",
+        _assumption_list(report.document),
+        "### Notes",
+        "\n".join(f"- {note}" for note in notes),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def _assumption_list(doc: object) -> str:
+    """Every value of the calibration with the source that documents it, as a Markdown list by section.
+
+    A value's source is its `<key>_source`, else the `source` of the nearest object around it; a
+    section's own source is given once. An object inside a list (a curve point) is one entry.
+    """
+    lines: list[str] = []
+
+    def walk(node: object, path: PathSegments, source: str, section_source: str) -> None:
+        if isinstance(node, dict) and not (path and isinstance(path[-1], int)):
+            source = own if isinstance(own := node.get("source"), str) else source
+            for key, value in node.items():
+                if key in ("source", "note", "schema_version", "ranges") or key.endswith(("_source", "_note")):
+                    continue
+                if not path:  # a section: its heading and its own source
+                    section_source = value.get("source", "") if isinstance(value, dict) else ""
+                    lines.append(f"- `{key}`" + (f": {section_source}" if section_source else ""))
+                own = node.get(f"{key}_source")
+                walk(value, (*path, key), own if isinstance(own, str) else source, section_source)
+        elif isinstance(node, list) and any(isinstance(item, dict) for item in node):
+            for i, item in enumerate(node):
+                own = item.get("source", source) if isinstance(item, dict) else source
+                walk(item, (*path, i), own, section_source)
+        else:
+            if isinstance(node, dict):  # an object inside a list: its fields, less the documentation
+                node = {k: v for k, v in node.items() if k not in ("source", "note") and not k.endswith("_source")}
+            own = f": {source}" if source and source != section_source else ""
+            lines.append(f"  - `{format_path(path[1:]) or format_path(path)}` = {_value_text(node)}{own}")
+
+    walk(doc, (), "", "")
+    return "\n".join(lines)
 
 
 def report_json(report: Report) -> dict[str, object]:
     est = report.estimate
-    cal = est.calibration
+    cal, dec = est.calibration, est.decomposition
     document: dict[str, object] = {
         "provenance": {**report.provenance._asdict(), "overrides": list(report.provenance.overrides)},
-        "calibration": calibration_json(est),
-        "moe_fit": {"kind": cal.moe_curve.fit, **_fit_json(cal.moe_curve.experts_fit)},
-        "scenarios": [row._asdict() for row in est.scenarios],
-        "break_even": [row._asdict() for row in est.break_even],
+        "calibration": {
+            "bandwidth_ratio": dec.bandwidth_ratio.value,
+            "ar_step_ms": dec.ar_step.value,
+            "moe_ar_ms": dec.moe_ar.time.value,
+            "attn_base_ms": dec.attn_base.value,
+            "ddtree_m": dec.moe_ddtree.m,
+            "ddtree_step_ms": dec.ddtree_step.value,
+            "moe_ddtree_ms": dec.moe_ddtree.time.value,
+            "spec_ms": dec.spec.value,
+            "overhead_share": dec.shares["overhead"].value,
+            "moe_extrapolated": dec.moe_ar.extrapolated or dec.moe_ddtree.extrapolated,
+        },
+        "moe_fit": {"kind": cal.moe_curve.fit},
+        "scenarios": [_scenario_json(row) for row in est.scenarios],
+        "break_even": [dict(zip(BreakEven._fields[:-1], b, strict=False)) for b in est.break_even],
         "roofline": None,
         "warnings": list(report.warnings),
     }
-    if report.roofline is not None and cal.model:
+    if est.experts_fit:
+        fit = est.experts_fit
+        residuals = [{"m": m, "residual_ms": r} for m, r in fit.residuals_ms]
+        document["moe_fit"] = {
+            "kind": "experts",
+            "t0_ms": fit.t0.value,
+            "t_expert_ms": fit.t_expert.value,
+            "residuals": residuals,
+        }
+    if est.roofline is not None and cal.model:
         document["roofline"] = {
             "routing": "uniform",
-            "moe_layers": cal.model.moe_layers,
-            "expert_bytes": expert_bytes(cal.model),
+            "moe_layers": cal.model.layers - cal.model.dense_layers,
+            "expert_bytes": next(f for f in est.roofline[0].figures if f.name == "expert MB").value * 1e6,
             "tp": cal.moe_curve.tp,
-            "points": [row._asdict() for row in report.roofline],
+            "points": [dict(zip(RooflinePoint._fields[:-1], p, strict=False)) for p in est.roofline],
         }
     if report.solve:
         document["solve"] = {**report.solve._asdict(), "other_values": list(report.solve.other_values)}
@@ -1732,510 +2095,23 @@ def report_json(report: Report) -> dict[str, object]:
         }
     if report.sweep is not None:
         document["sweep"] = [
-            {"values": dict(point.values), "scenarios": [row._asdict() for row in point.scenarios]}
+            {"values": dict(point.values), "scenarios": [_scenario_json(row) for row in point.scenarios]}
             for point in report.sweep
         ]
     return document
 
 
-def _fit_json(fit: ExpertsFit | None) -> dict[str, object]:
-    if fit is None:
-        return {}
-    residuals = [{"m": m, "residual_ms": r} for m, r in fit.residuals_ms]
-    return {"t0_ms": fit.t0_ms, "t_expert_ms": fit.t_expert_ms, "residuals": residuals}
+def _scenario_json(row: Scenario) -> dict[str, object]:
+    return dict(zip(SCENARIO_FIELDS, row, strict=False))
 
 
-def render_json(report: Report) -> str:
-    # A sweep can hold 80,000 scenario objects: printed compact, which is also the fast path of json.
-    indent = None if report.sweep is not None else 2
+def render_json(report: Report, how: RenderOptions) -> str:
+    indent = None if report.sweep is not None else 2  # a sweep can hold 800,000 scenarios: compact
     return json.dumps(report_json(report), indent=indent, allow_nan=False) + "\n"
 
 
-def _pct(fraction: float) -> str:
-    return f"{100 * fraction:.1f}%"
-
-
-def _curve_basis(moe: MoeTime, cal: Calibration) -> str:
-    """'curve(9) = 8.85 ms (measured)', or how an unmeasured M was read off the curve."""
-    point = next((p for p in cal.moe_curve.points if p.m == moe.m), None)
-    if cal.moe_curve.experts_fit:
-        how = "experts fit" + (f"; the {point.basis} point is {point.ms:g} ms" if point else "")
-    else:
-        how = point.basis if point else ("extrapolated" if moe.extrapolated else "interpolated")
-    return f"curve({moe.m}) = {moe.reference_ms:.4g} ms ({how})"
-
-
-def _calibration_rows(est: Estimate) -> list[list[object]]:
-    cal, dec = est.calibration, est.decomposition
-    dd = cal.anchors.ddtree
-    ar, mm = dec.moe_ar.m, dec.moe_ddtree.m
-    share = dec.ddtree_step_ms
-    return [
-        ["AR step", "1000 / ar_tok_s", dec.ar_step_ms, None, f"measured: {cal.anchors.ar_tok_s:g} tok/s"],
-        [f"MoE({ar})", f"curve({ar}) / bandwidth ratio", dec.moe_ar.ms, None, _curve_basis(dec.moe_ar, cal)],
-        ["ATTN_BASE", f"AR step - MoE({ar})", dec.attn_base_ms, _pct(dec.attn_base_ms / share), "derived"],
-        [
-            "DDTree step",
-            "1000 * accept / tok_s",
-            dec.ddtree_step_ms,
-            _pct(1.0),
-            f"measured: {dd.tok_s:g} tok/s at accept {dd.accept:g} (block {dd.block}, budget {dd.budget})",
-        ],
-        [
-            f"MoE({mm})",
-            f"curve({mm}) / bandwidth ratio",
-            dec.moe_ddtree.ms,
-            _pct(dec.moe_ddtree.ms / share),
-            _curve_basis(dec.moe_ddtree, cal),
-        ],
-        ["SPEC", f"DDTree step - MoE({mm}) - ATTN_BASE", dec.spec_ms, _pct(dec.spec_ms / share), "derived"],
-        ["overhead", "ATTN_BASE + SPEC", dec.overhead_ms, _pct(dec.overhead_share), "derived"],
-    ]
-
-
-# Table formats that draw a two-line header as one header (the sweep's); the others get it on one line.
-MULTILINE_HEADER_FORMATS = {
-    *("plain", "simple", "grid", "simple_grid", "rounded_grid", "heavy_grid", "mixed_grid", "double_grid"),
-    *("fancy_grid", "outline", "simple_outline", "rounded_outline", "heavy_outline", "mixed_outline"),
-    *("double_outline", "fancy_outline", "presto", "pretty", "psql", "rst"),
-}
-SCENARIO_HEADERS = ["MoE ms", "ATTN_BASE ms", "SPEC ms", "step ms", "tok/s", "vs AR"]
-NUMERIC_HEADER_WORDS = {
-    *("ms", "tok/s", "AR", "accept", "step", "needed", "match", "low", "high", "swing", "alpha", "M"),
-    *("experts", "GPU", "peak", "efficiency", "ceiling"),
-}
-
-
-def _scenario_cells(row: Scenario, ar_tok_s: float) -> list[object]:
-    star = "*" if row.moe_extrapolated else ""
-    return [
-        f"{row.moe_ms:.2f}{star}",
-        row.attn_base_ms,
-        row.spec_ms,
-        row.step_ms,
-        f"{row.tok_s:.0f}",
-        f"{row.tok_s / ar_tok_s:.2f}x",
-    ]
-
-
-def _value_text(value: object) -> str:
-    return f"{value:g}" if isinstance(value, float) else json.dumps(value) if not isinstance(value, str) else value
-
-
-class Section(NamedTuple):
-    name: str  # a heading: "Calibration"
-    title: str  # one line saying what the table holds
-    body: str  # a table, and any lines under it
-
-
-class _Tables:
-    """The report's tables in one tabulate format, as titled sections; text and Markdown both use them."""
-
-    def __init__(self, report: Report, tablefmt: str) -> None:
-        self.report, self.tablefmt = report, tablefmt
-        self.est = report.estimate
-        self.cal = self.est.calibration
-
-    def table(self, rows: Sequence[Sequence[object]], headers: list[str]) -> str:
-        """Cells are pre-formatted text; columns whose header ends in a unit are right-aligned."""
-        from tabulate import tabulate
-
-        cells = [[f"{c:.2f}" if isinstance(c, float) else c for c in r] for r in rows]
-        align = ["right" if h.split()[-1] in NUMERIC_HEADER_WORDS else "left" for h in headers]
-        if self.tablefmt not in MULTILINE_HEADER_FORMATS:  # a pipe table's header is one line, say
-            headers = [h.replace("\n", " ") for h in headers]
-        text: str = tabulate(
-            cells, headers=headers, tablefmt=self.tablefmt, colalign=align, missingval="", disable_numparse=True
-        )
-        return text
-
-    def sections(self) -> list[Section]:
-        parts = [self.solve()] if self.report.solve else []
-        if self.report.sweep is not None:
-            parts.append(self.sweep())
-        else:
-            parts += [self.calibration(), self.current(), self.stronger(), self.break_even(), *self.physical()]
-        if self.report.sensitivity:
-            parts.append(self.sensitivity())
-        return parts
-
-    def solve(self) -> Section:
-        sol = self.report.solve
-        assert sol is not None
-        title = (
-            f"Solved: {sol.path} = {sol.value:.6g} (was {sol.previous:g}) brings {sol.scenario} to the observed "
-            f"{sol.observed:g} tok/s; {sol.method}. Every figure below uses it."
-        )
-        others = ", ".join(f"{v:.6g}" for v in sol.other_values)
-        body = f"Other values fit too: {others} (the estimate is not monotonic in {sol.path})." if others else ""
-        return Section("Solved", title, body)
-
-    def calibration(self) -> Section:
-        ref, tgt = self.cal.hardware.reference, self.cal.hardware.target
-        title = (
-            f"Calibration: bandwidth ratio {tgt.name} / {ref.name} = {tgt.mem_bandwidth_tb_s:g} / "
-            f"{ref.mem_bandwidth_tb_s:g} TB/s = {self.est.decomposition.bandwidth_ratio:.3f}x "
-            "(the MoE time divides by it)"
-        )
-        headers = ["figure", "formula", "ms", "share of DDTree step", "basis"]
-        body = self.table(_calibration_rows(self.est), headers)
-        fit = self.cal.moe_curve.experts_fit
-        if fit:
-            residuals = ", ".join(f"M={m}: {r:+.3f}" for m, r in fit.residuals_ms)
-            body += (
-                f"\nMoE(M) read from the experts fit: curve(M) = {fit.t0_ms:.4g} + {fit.t_expert_ms:.4g} x "
-                f"distinct(M) ms (least squares over the curve; residuals in ms: {residuals})"
-            )
-        return Section("Calibration", title, body)
-
-    def current(self) -> Section:
-        current = drafters(self.cal)[0]
-        cut = self.cal.native_engine.overhead_cut
-        rows = []
-        for row in self.est.scenarios:
-            if row.drafter == "current":
-                basis = "measured" if row.measured else f"estimate: overhead cut {100 * cut:g}%"
-                cells = _scenario_cells(row, self.cal.anchors.ar_tok_s)
-                rows.append([PIPELINE_LABELS[row.pipeline], f"{row.accept:g}", f"{row.chain_alpha:.3f}", *cells, basis])
-        title = (
-            f"Current drafter: block {current.block}, budget {current.budget}, verify batch M = {current.budget + 1}"
-        )
-        return Section(
-            "Current drafter",
-            title,
-            self.table(rows, ["pipeline", "accept", "chain alpha", *SCENARIO_HEADERS, "basis"]),
-        )
-
-    def stronger(self) -> Section:
-        sd = drafters(self.cal)[1]
-        rows = [
-            [
-                f"{row.accept:g}",
-                f"{row.chain_alpha:.3f}",
-                PIPELINE_LABELS[row.pipeline],
-                *_scenario_cells(row, self.cal.anchors.ar_tok_s),
-            ]
-            for row in self.est.scenarios
-            if row.drafter == "stronger"
-        ]
-        title = (
-            f"Stronger drafter: block {sd.block}, budget {sd.budget}, verify batch M = {sd.budget + 1}; "
-            f"ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}"
-        )
-        return Section(
-            "Stronger drafter", title, self.table(rows, ["accept", "chain alpha", "pipeline", *SCENARIO_HEADERS])
-        )
-
-    def break_even(self) -> Section:
-        versus = {"current": "current drafter", "autoregressive": "autoregressive"}
-        rows = []
-        for row in self.est.break_even:
-            needed = f"{row.accept:.2f}" if row.accept is not None else f"cannot: {row.reason}"
-            rows.append([PIPELINE_LABELS[row.pipeline], versus[row.versus], f"{row.tok_s_to_match:.1f}", needed])
-        title = "Break-even: the accept length at which the stronger drafter matches"
-        return Section(
-            "Break-even accept", title, self.table(rows, ["pipeline", "versus", "tok/s to match", "accept needed"])
-        )
-
-    def physical(self) -> list[Section]:
-        model, roof = self.cal.model, self.report.roofline
-        if model is None or roof is None:
-            return [
-                Section(
-                    "Physical cross-check",
-                    "Physical cross-check: left out, the calibration has no `model` section.",
-                    "",
-                )
-            ]
-        ref, tgt = self.cal.hardware.reference, self.cal.hardware.target
-        shared = ", shared expert included at 16 bits" if model.curve_includes_shared_expert else ""
-        title = (
-            f"Physical cross-check (uniform routing: each token picks {model.experts_per_token} of "
-            f"{model.routed_experts} experts independently): {model.moe_layers} MoE layers, one routed expert "
-            f"{expert_bytes(model) / 1e6:.2f} MB, TP {self.cal.moe_curve.tp}{shared}"
-        )
-        rows = [
-            [
-                p.m,
-                p.basis,
-                f"{p.ms:g}",
-                f"{p.distinct_experts:.1f}",
-                f"{p.bytes_per_gpu / 1e9:.2f}",
-                p.peak_ms,
-                _pct(p.efficiency),
-            ]
-            for p in roof
-        ]
-        peak = f"ms at {ref.mem_bandwidth_tb_s:g} TB/s peak"
-        headers = ["M", "basis", "curve ms", "distinct experts", "GB per GPU", peak, "efficiency"]
-        floors = [
-            [
-                row.label,
-                row.m,
-                row.moe_floor_ms,
-                row.step_ms,
-                f"{row.tok_s:.0f}",
-                f"{row.tok_s_ceiling:.0f}",
-                _pct(row.tok_s / row.tok_s_ceiling),
-            ]
-            for row in self.est.scenarios
-            if row.moe_floor_ms is not None and row.tok_s_ceiling is not None
-        ]
-        floor_headers = ["scenario", "M", "MoE floor ms", "step ms", "tok/s", "ceiling tok/s", "of ceiling"]
-        floor_title = (
-            f"The floor: the MoE weight read at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s, and the "
-            "tok/s ceiling if everything else took no time"
-        )
-        return [
-            Section("Physical cross-check", title, self.table(rows, headers)),
-            Section("The MoE floor", floor_title, self.table(floors, floor_headers)),
-        ]
-
-    def sensitivity(self) -> Section:
-        sens = self.report.sensitivity
-        assert sens is not None
-        rows = [
-            [
-                row.path,
-                f"{row.value:g}",
-                f"{row.low:g} - {row.high:g}",
-                f"{row.tok_s_at_low:.0f}",
-                f"{row.tok_s_at_high:.0f}",
-                f"{row.swing:.0f}",
-                row.source,
-            ]
-            for row in sens.rows
-        ]
-        headers = ["assumption", "in force", "range", "tok/s at low", "tok/s at high", "swing", "source"]
-        title = (
-            f"Sensitivity of {sens.scenario} ({sens.tok_s:.0f} tok/s): each assumption at either end of its range, "
-            "the others as in force"
-        )
-        band = (
-            f"Band: {sens.tok_s_min:.0f} to {sens.tok_s_max:.0f} tok/s over all {sens.combinations} combinations "
-            "of the range ends; a what-if range, not a statistical interval."
-        )
-        return Section("Sensitivity", title, f"{self.table(rows, headers)}\n{band}")
-
-    def sweep(self) -> Section:
-        points = self.report.sweep or ()
-        groups: dict[tuple[str, str], list[str]] = {}  # (drafter, pipeline) -> scenario labels, in order
-        for row in (row for point in points for row in point.scenarios):
-            labels = groups.setdefault((row.drafter, row.pipeline), [])
-            if row.label not in labels:
-                labels.append(row.label)
-        headers = [name for name, _ in points[0].values] if points else []
-        steps: dict[tuple[str, str], int] = {}  # column of each group's step time
-        rates: dict[str, int] = {}  # column of each scenario's tok/s
-        for (drafter, pipeline), labels in groups.items():
-            steps[(drafter, pipeline)] = len(headers)
-            headers.append(f"{drafter}/{pipeline}\nstep ms")
-            for label in labels:
-                rates[label] = len(headers)
-                headers.append(f"@{label.partition('@')[2]}\ntok/s")
-        rows = []
-        for point in points:
-            cells: list[object] = [_value_text(v) for _, v in point.values]
-            cells += [None] * (len(headers) - len(cells))
-            for row in point.scenarios:
-                cells[steps[(row.drafter, row.pipeline)]] = f"{row.step_ms:.2f}" + ("*" if row.moe_extrapolated else "")
-                cells[rates[row.label]] = f"{row.tok_s:.0f}"
-            rows.append(cells)
-        return Section("Sweep", f"Sweep: {len(points)} points", self.table(rows, headers))
-
-    def footnotes(self) -> list[str]:
-        cal = self.cal
-        ms = [p.m for p in cal.moe_curve.points]
-        scenarios = [row for p in self.report.sweep or () for row in p.scenarios] or list(self.est.scenarios)
-        notes = []
-        if self.report.sweep is None:
-            notes.append(f"vs AR: tok/s over the measured autoregressive {cal.anchors.ar_tok_s:g} tok/s.")
-            notes.append(
-                "chain alpha: the per-token acceptance rate a single chain as deep as the block would need for "
-                "that accept length, (1 - a^(block+1)) / (1 - a) = accept (Leviathan et al., 2023); a tree "
-                "verifies several candidates per depth, so it reaches the same accept length with a lower alpha."
-            )
-        extrapolated = sorted({row.m for row in scenarios if row.moe_extrapolated})
-        if extrapolated:
-            notes.append(
-                f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve's "
-                f"M = {ms[0]}..{ms[-1]}; read along the nearest end segment"
-                + (" of the curve." if cal.moe_curve.fit == "linear" else " range by the experts fit.")
-            )
-        if self.report.sensitivity:
-            for row in self.report.sensitivity.rows:
-                if not row.low <= row.value <= row.high:
-                    notes.append(f"Note: {row.path} = {row.value:g} lies outside its range {row.low:g} - {row.high:g}.")
-        sens = self.report.sensitivity
-        band = (
-            f" Over the ranges of its assumptions, {sens.scenario} spans {sens.tok_s_min:.0f} to "
-            f"{sens.tok_s_max:.0f} tok/s (a what-if band, not a statistical interval)."
-            if sens
-            else " --sensitivity shows how far each assumption moves them."
-        )
-        notes.append(
-            "Uncertainty: only the SGLang current-drafter row is measured; every other row is an estimate whose "
-            "non-MoE split, stronger-drafter cost and accept lengths are assumptions." + band
-        )
-        return notes
-
-
-def _header_line(report: Report) -> str:
-    """The provenance line every output carries: tool version, calibration file and hash, overrides."""
-    prov = report.provenance
-    overrides = ", ".join(prov.overrides) or "none"
-    return (
-        f"estimate_b300 {prov.tool_version}; calibration {prov.calibration_file} "
-        f"(sha256 {prov.calibration_sha256}); overrides: {overrides}"
-    )
-
-
-def _title(report: Report) -> str:
-    return f"Kimi K2.x + DDTree at concurrency 1 on {report.estimate.calibration.hardware.target.name}"
-
-
-# --- The breakdown chart ---
-
-CHART_FILLS = {False: ("\u2588", "\u2592", "\u2591"), True: ("#", "=", ".")}  # MoE, ATTN_BASE, SPEC
-CHART_PARTS = ("MoE", "ATTN_BASE", "SPEC")
-
-
-def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: bool) -> str:
-    """One stacked bar per scenario, all on one time scale, fitting in `columns`.
-
-    Segment ends are rounded on the running total, so each bar is as long as
-    its whole step: with 38 columns for 20.88 ms, MoE 5.50 ms ends at column 10.
-    """
-    fills = CHART_FILLS[ascii_only]
-    labels = [row.label for row in scenarios]
-    steps, rates = [f"{row.step_ms:.2f}" for row in scenarios], [f"{row.tok_s:.0f}" for row in scenarios]
-    step_width, rate_width = max(map(len, steps)), max(map(len, rates))
-    ends = [f"{step:>{step_width}} ms {rate:>{rate_width}} tok/s" for step, rate in zip(steps, rates, strict=True)]
-    label_width, end_width = max(map(len, labels)), max(map(len, ends))
-    bar_width = max(columns - label_width - end_width - 3, 10)
-    ms_per_column = max(row.step_ms for row in scenarios) / bar_width
-    legend = "  ".join(f"{fill} {part}" for fill, part in zip(fills, CHART_PARTS, strict=True))
-    lines = [f"Step time breakdown: 1 column = {ms_per_column:.3f} ms", f"{legend}  (one scale for all bars)"]
-    for label, end, row in zip(labels, ends, scenarios, strict=True):
-        bar, done, total = "", 0, 0.0
-        for fill, part_ms in zip(fills, (row.moe_ms, row.attn_base_ms, row.spec_ms), strict=True):
-            total += part_ms
-            upto = round(total / ms_per_column)
-            bar += fill * (upto - done)
-            done = upto
-        lines.append(f"{label:<{label_width}} {bar:<{bar_width}} {end:>{end_width}}")
-    return "\n".join(lines)
-
-
-def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
-    """The breakdown as a Mermaid xychart for GitHub.
-
-    Mermaid draws a chart's bar series over one another rather than stacked,
-    so the series are running totals, longest first: step, MoE + ATTN_BASE, MoE.
-    """
-    labels = ", ".join(f'"{row.label}"' for row in scenarios)
-    top = math.ceil(max(row.step_ms for row in scenarios))
-    series = [
-        ("step = MoE + ATTN_BASE + SPEC", [row.step_ms for row in scenarios]),
-        ("MoE + ATTN_BASE", [row.moe_ms + row.attn_base_ms for row in scenarios]),
-        ("MoE", [row.moe_ms for row in scenarios]),
-    ]
-    lines = [
-        "```mermaid",
-        "xychart-beta horizontal",
-        '    title "Step time per scenario (ms)"',
-        f"    x-axis [{labels}]",
-        f'    y-axis "ms" 0 --> {top}',
-        *(f'    bar "{name}" [{", ".join(f"{v:.2f}" for v in values)}]' for name, values in series),
-        "```",
-    ]
-    return "\n".join(lines)
-
-
-# --- Text, Markdown, CSV, --explain ---
-
-
-def render_tables(report: Report, tablefmt: str, chart_columns: int = 80, ascii_only: bool = False) -> str:
-    tables = _Tables(report, tablefmt)
-    parts = [f"{_header_line(report)}\n{_title(report)}"]
-    parts += [f"{s.title}\n{s.body}".rstrip("\n") for s in tables.sections()]
-    if chart_columns and report.sweep is None:
-        parts.append(breakdown_chart(report.estimate.scenarios, chart_columns, ascii_only))
-    parts.append("\n".join(tables.footnotes()))
-    return "\n\n".join(parts) + "\n"
-
-
-def render_markdown(report: Report, chart: bool = True) -> str:
-    """A document to paste into design notes: GitHub tables, a Mermaid chart, assumptions and notes."""
-    tables = _Tables(report, "github")
-    parts = [f"_{_header_line(report)}_", f"## {_title(report)}"]
-    for section in tables.sections():
-        parts += [f"### {section.name}", section.title]
-        if section.body:
-            parts.append(section.body)
-    if chart and report.sweep is None:
-        legend = "Bars drawn over one another: the longest is the whole step; MoE + ATTN_BASE and MoE lie on top."
-        parts += ["### Step-time breakdown", mermaid_chart(report.estimate.scenarios), legend]
-    notes = [note.replace("* ", "\\* ", 1) if note.startswith("* ") else note for note in tables.footnotes()]
-    parts += ["### Assumptions", _assumption_list(assumptions(report.document)), "### Notes"]
-    parts.append("\n".join(f"- {note}" for note in notes))
-    return "\n\n".join(parts) + "\n"
-
-
-class Assumption(NamedTuple):
-    path: str
-    value: object
-    source: str  # its `<key>_source`, else the `source` of the nearest object around it
-    group_source: str  # the `source` of its top-level section
-
-
-def assumptions(doc: object) -> tuple[Assumption, ...]:
-    """Every value of a (valid) calibration document with the source that documents it; not the ranges.
-
-    A list of objects (the curve points) gives one entry per object, its fields as compact JSON.
-    """
-    found: list[Assumption] = []
-
-    def source_of(node: dict[str, object], default: str) -> str:
-        value = node.get("source")
-        return value if isinstance(value, str) else default
-
-    def walk(node: object, path: PathSegments, source: str, group: str) -> None:
-        if isinstance(node, dict) and not (path and isinstance(path[-1], int)):
-            source = source_of(node, source)
-            for key, value in node.items():
-                if key in ("source", "note", "schema_version", "ranges") or key.endswith(("_source", "_note")):
-                    continue
-                own = node.get(f"{key}_source")
-                inner = source_of(value, "") if not path and isinstance(value, dict) else group
-                walk(value, (*path, key), own if isinstance(own, str) else source, inner)
-        elif isinstance(node, list) and any(isinstance(item, dict) for item in node):
-            for i, item in enumerate(node):
-                walk(item, (*path, i), source_of(item, source) if isinstance(item, dict) else source, group)
-        else:
-            if isinstance(node, dict):  # an object inside a list: its fields, less the documentation
-                node = {k: v for k, v in node.items() if k not in ("source", "note") and not k.endswith("_source")}
-            found.append(Assumption(format_path(path), node, source, group))
-
-    walk(doc, (), "", "")
-    return tuple(found)
-
-
-def _assumption_list(items: Sequence[Assumption]) -> str:
-    """A Markdown list grouped by calibration section: the section's source once, a value's own beside it."""
-    lines, group = [], None
-    for item in items:
-        top, _, rest = item.path.partition(".")
-        if top != group:
-            group = top
-            lines.append(f"- `{top}`" + (f": {item.group_source}" if item.group_source else ""))
-        own = f": {item.source}" if item.source and item.source != item.group_source else ""
-        lines.append(f"  - `{rest or top}` = {_value_text(item.value)}{own}")
-    return "\n".join(lines)
-
-
-def render_csv(report: Report) -> str:
-    """One row per scenario (per sweep point when sweeping) with provenance columns; nothing but the table."""
+def render_csv(report: Report, how: RenderOptions) -> str:
+    """One row per scenario (per sweep point and scenario when sweeping) with provenance columns; nothing else."""
     import csv
     import io
 
@@ -2243,14 +2119,15 @@ def render_csv(report: Report) -> str:
     provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides)]
     solved = ((report.solve.path, report.solve.value),) if report.solve else ()  # a column, as a swept value is
     points = report.sweep if report.sweep is not None else (SweepPoint(solved, report.estimate.scenarios),)
-    swept = [name for name, _ in points[0].values] if points else []
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([*swept, *Scenario._fields, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
+    swept = [name for name, _ in points[0].values] if points else []
+    writer.writerow([*swept, *SCENARIO_FIELDS, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
     for point in points:
         values = [_csv_cell(v) for _, v in point.values]
-        for row in point.scenarios:
-            writer.writerow([*values, *(_csv_cell(v) for v in row), *provenance])
+        writer.writerows(
+            [*values, *map(_csv_cell, row[: len(SCENARIO_FIELDS)]), *provenance] for row in point.scenarios
+        )
     return out.getvalue()
 
 
@@ -2258,291 +2135,79 @@ def _csv_cell(value: object) -> object:
     """Numbers at full precision (repr), booleans as true/false, lists as JSON, missing values empty."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return "" if value is None else value
+    return json.dumps(value) if isinstance(value, (list, dict)) else "" if value is None else value
 
 
-def render_explain(report: Report) -> str:
+def render_explain(report: Report, how: RenderOptions) -> str:
     """The derivation in the order it is computed: name = formula = numbers = result, one figure a line.
 
-    Results are rounded as the tables round them, so every table figure can be
-    found here and checked with a pocket calculator from the lines above it.
+    Results are rounded as the tables round them, so every table figure can be found here and
+    checked with a pocket calculator from the lines above it. Each figure shows where first needed.
     """
     est = report.estimate
-    cal, dec = est.calibration, est.decomposition
-    ref, tgt, dd, sd = cal.hardware.reference, cal.hardware.target, cal.anchors.ddtree, cal.stronger_drafter
-    out = [_header_line(report), _title(report), "", "Inputs (calibration; see --format markdown for sources)"]
+    dec, cal = est.decomposition, est.calibration
+    parts = [dec.bandwidth_ratio, dec.ar_step, dec.moe_ar.time, dec.attn_base, dec.ddtree_step, dec.moe_ddtree.time]
+    blocks: list[tuple[str, Sequence[Figure]]] = [("Calibration", [*parts, dec.spec, *dec.shares.values()])]
+    for row in est.scenarios:
+        where = f"{PIPELINE_LABELS[row.pipeline]}; block {row.block}, budget {row.budget}, M = {row.m}"
+        blocks.append((f"Scenario {row.label} ({where})", list(row.figures.values())))
+    versus = {"current": "the current drafter", "autoregressive": "autoregressive decoding"}
+    for b in est.break_even:
+        reach = "" if b.reason is None else f"; not reachable: {b.reason}"
+        blocks.append((f"Break-even, {PIPELINE_LABELS[b.pipeline]} versus {versus[b.versus]}{reach}", b.figures))
+    if est.roofline:
+        blocks.append(("Physical cross-check (uniform routing)", [f for p in est.roofline for f in p.figures]))
+    derived = [derivation(*figures) for _, figures in blocks]
 
-    def say(name: str, formula: str, numbers: str, result: str) -> None:
-        out.append(f"  {name} = {formula} = {numbers} = {result}")
-
-    out += [
-        f"  reference bandwidth = {ref.mem_bandwidth_tb_s:g} TB/s ({ref.name}); "
-        f"target bandwidth = {tgt.mem_bandwidth_tb_s:g} TB/s ({tgt.name})",
-        *(
-            f"  curve({p.m}) = {p.ms:g} ms ({p.basis}, on the reference GPU, TP {cal.moe_curve.tp})"
-            for p in cal.moe_curve.points
-        ),
-        f"  ar_tok_s = {cal.anchors.ar_tok_s:g} tok/s (measured)",
-        f"  DDTree anchor: block {dd.block}, budget {dd.budget}, verify batch M = {dd.budget + 1}, "
-        f"accept {dd.accept:g}, {dd.tok_s:g} tok/s (measured)",
-        f"  overhead_cut = {cal.native_engine.overhead_cut:g} ({100 * cal.native_engine.overhead_cut:g}%), "
-        f"kept = 1 - overhead_cut = {1 - cal.native_engine.overhead_cut:g} on the native engine, 1 on SGLang",
-        f"  stronger drafter: block {sd.block}, budget {sd.budget}, verify batch M = {sd.budget + 1}, "
-        f"accept {', '.join(f'{a:g}' for a in sd.accept)}; "
-        f"ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}",
+    out = [
+        _header_line(report),
+        _title(report),
+        "",
+        "Inputs (from the calibration; --format markdown gives their sources)",
     ]
+    out.append(f"  target GPU: {cal.hardware.target.name}; reference GPU: {cal.hardware.reference.name}")
+    inputs = {i.path: i for figures in derived for f in figures for i in f.inputs if i.path}
+    out += [f"  {i.name} = {figure_text(i)} ({path})" for path, i in inputs.items()]
     if report.solve:
         sol = report.solve
         out.append(
             f"  {sol.path} = {sol.value:.6g}: solved so that {sol.scenario} = {sol.observed:g} tok/s ({sol.method})"
         )
-    fit = cal.moe_curve.experts_fit
-    if fit and cal.model:
+    if est.experts_fit:
+        fit = est.experts_fit
         out += ["", "Experts fit of the curve: least squares of curve(M) = t0 + t_expert * distinct(M)"]
-        out.append(f"  t0 = {fit.t0_ms:.4g} ms, t_expert = {fit.t_expert_ms:.4g} ms per distinct expert")
-        for (m, residual), point in zip(fit.residuals_ms, cal.moe_curve.points, strict=True):
-            fitted = point.ms - residual
-            say(f"residual({m})", f"curve({m}) - fit({m})", f"{point.ms:g} - {fitted:.3f}", f"{residual:+.3f} ms")
-    out += ["", "Calibration"]
-    ratio = dec.bandwidth_ratio
-    say(
-        "bandwidth ratio",
-        "target / reference",
-        f"{tgt.mem_bandwidth_tb_s:g} / {ref.mem_bandwidth_tb_s:g}",
-        f"{ratio:.3f}x",
-    )
-    say("AR step", "1000 / ar_tok_s", f"1000 / {cal.anchors.ar_tok_s:g}", f"{dec.ar_step_ms:.2f} ms")
-    out += _explain_moe(cal, dec.moe_ar)
-    say(
-        "ATTN_BASE",
-        f"AR step - MoE({dec.moe_ar.m})",
-        f"{dec.ar_step_ms:.3f} - {dec.moe_ar.ms:.3f}",
-        f"{dec.attn_base_ms:.2f} ms",
-    )
-    say("DDTree step", "1000 * accept / tok_s", f"1000 * {dd.accept:g} / {dd.tok_s:g}", f"{dec.ddtree_step_ms:.2f} ms")
-    mm = dec.moe_ddtree.m
-    out += _explain_moe(cal, dec.moe_ddtree)
-    say(
-        "SPEC",
-        f"DDTree step - MoE({mm}) - ATTN_BASE",
-        f"{dec.ddtree_step_ms:.3f} - {dec.moe_ddtree.ms:.3f} - {dec.attn_base_ms:.3f}",
-        f"{dec.spec_ms:.2f} ms",
-    )
-    say("overhead", "ATTN_BASE + SPEC", f"{dec.attn_base_ms:.3f} + {dec.spec_ms:.3f}", f"{dec.overhead_ms:.2f} ms")
-    say(
-        "share of DDTree step",
-        "DDTree step / DDTree step",
-        f"{dec.ddtree_step_ms:.3f} / {dec.ddtree_step_ms:.3f}",
-        _pct(1.0),
-    )
-    for name, ms in (
-        (f"MoE({mm})", dec.moe_ddtree.ms),
-        ("ATTN_BASE", dec.attn_base_ms),
-        ("SPEC", dec.spec_ms),
-        ("overhead", dec.overhead_ms),
-    ):
-        say(
-            f"share of {name}",
-            f"{name} / DDTree step",
-            f"{ms:.3f} / {dec.ddtree_step_ms:.3f}",
-            _pct(ms / dec.ddtree_step_ms),
-        )
-
-    drafter_of = dict(zip(DRAFTERS, drafters(cal), strict=True))
-    for row in est.scenarios:
-        drafter = drafter_of[row.drafter]
-        kept = _kept(cal, row.pipeline)
-        out += [
-            "",
-            f"Scenario {row.label} ({PIPELINE_LABELS[row.pipeline]}; "
-            f"block {row.block}, budget {row.budget}, M = {row.m})",
-        ]
-        out += _explain_moe(cal, moe_time(cal, row.m))
-        say(
-            "ATTN_BASE part",
-            "kept * a * ATTN_BASE",
-            f"{kept:g} * {drafter.attn_base_scale:g} * {dec.attn_base_ms:.3f}",
-            f"{row.attn_base_ms:.2f} ms",
-        )
-        say(
-            "SPEC part",
-            "kept * s * SPEC",
-            f"{kept:g} * {drafter.spec_scale:g} * {dec.spec_ms:.3f}",
-            f"{row.spec_ms:.2f} ms",
-        )
-        say(
-            "step",
-            "MoE + ATTN_BASE part + SPEC part",
-            f"{row.moe_ms:.3f} + {row.attn_base_ms:.3f} + {row.spec_ms:.3f}",
-            f"{row.step_ms:.2f} ms",
-        )
-        say("tok/s", "1000 * accept / step", f"1000 * {row.accept:g} / {row.step_ms:.3f}", f"{row.tok_s:.0f} tok/s")
-        say(
-            "vs AR",
-            "tok/s / ar_tok_s",
-            f"{row.tok_s:.1f} / {cal.anchors.ar_tok_s:g}",
-            f"{row.tok_s / cal.anchors.ar_tok_s:.2f}x",
-        )
-        out.append(
-            f"  chain alpha = the a solving (1 - a^{row.block + 1}) / (1 - a) = {row.accept:g} "
-            f"(Leviathan et al., 2023): {row.chain_alpha:.3f}"
-        )
-        if cal.model and row.moe_floor_ms is not None and row.tok_s_ceiling is not None:
-            n_bytes = moe_bytes_per_gpu(cal.model, cal.moe_curve.tp, row.m)
-            say(
-                "MoE floor",
-                f"bytes per GPU({row.m}) / target bandwidth at 100%",
-                f"{n_bytes / 1e9:.3f} GB / {tgt.mem_bandwidth_tb_s:g} TB/s",
-                f"{row.moe_floor_ms:.2f} ms",
-            )
-            say(
-                "ceiling",
-                "1000 * accept / MoE floor",
-                f"1000 * {row.accept:g} / {row.moe_floor_ms:.3f}",
-                f"{row.tok_s_ceiling:.0f} tok/s",
-            )
-            say(
-                "of ceiling",
-                "tok/s / ceiling",
-                f"{row.tok_s:.1f} / {row.tok_s_ceiling:.1f}",
-                _pct(row.tok_s / row.tok_s_ceiling),
-            )
-
-    out += ["", "Break-even accept of the stronger drafter (its step does not depend on accept)"]
-    for be in est.break_even:
-        if be.versus == "autoregressive":
-            kept = _kept(cal, be.pipeline)
-            say(
-                f"{PIPELINE_LABELS[be.pipeline]} autoregressive",
-                "1000 / (MoE(1) + kept * ATTN_BASE)",
-                f"1000 / ({dec.moe_ar.ms:.3f} + {kept:g} * {dec.attn_base_ms:.3f})",
-                f"{be.tok_s_to_match:.1f} tok/s",
-            )
-        else:
-            say(
-                f"{PIPELINE_LABELS[be.pipeline]} current drafter",
-                "its tok/s (above)",
-                f"{be.tok_s_to_match:.3f}",
-                f"{be.tok_s_to_match:.1f} tok/s",
-            )
-        needed = f"{be.accept:.2f}" if be.accept is not None else f"none: {be.reason}"
-        say(
-            f"{PIPELINE_LABELS[be.pipeline]} accept to match {be.versus}",
-            "tok/s to match * stronger step / 1000",
-            f"{be.tok_s_to_match:.3f} * {be.stronger_step_ms:.3f} / 1000",
-            needed,
-        )
-
-    if cal.model and report.roofline:
-        model = cal.model
-        out += [
-            "",
-            f"Physical cross-check (uniform routing), "
-            f"{model.moe_layers} MoE layers = {model.layers} - {model.dense_layers}",
-        ]
-        say(
-            "expert bytes",
-            "3 * hidden * intermediate * (weight_bits + scale_bits / group_size) / 8",
-            f"3 * {model.hidden_size} * {model.expert_intermediate_size} * ({model.weight_bits} + "
-            f"{model.scale_bits} / {model.group_size}) / 8",
-            f"{expert_bytes(model) / 1e6:.2f} MB",
-        )
-        e, k = model.routed_experts, model.experts_per_token
-        for p in report.roofline:
-            say(
-                f"distinct experts({p.m})",
-                "E * (1 - (1 - k/E)^M)",
-                f"{e} * (1 - (1 - {k}/{e})^{p.m})",
-                f"{p.distinct_experts:.1f}",
-            )
-            say(
-                f"bytes per GPU({p.m})",
-                "MoE layers * distinct * expert bytes / TP"
-                + (" + shared" if model.curve_includes_shared_expert else ""),
-                f"{model.moe_layers} * {p.distinct_experts:.2f} * {expert_bytes(model) / 1e6:.2f} MB "
-                f"/ {cal.moe_curve.tp}",
-                f"{p.bytes_per_gpu / 1e9:.2f} GB",
-            )
-            say(
-                f"peak read({p.m})",
-                "bytes per GPU / reference bandwidth",
-                f"{p.bytes_per_gpu / 1e9:.3f} GB / {ref.mem_bandwidth_tb_s:g} TB/s",
-                f"{p.peak_ms:.2f} ms",
-            )
-            say(f"efficiency({p.m})", "peak read / curve", f"{p.peak_ms:.3f} / {p.ms:g}", _pct(p.efficiency))
-
+        out.append(f"  t0 = {fit.t0.value:.4g} ms, t_expert = {fit.t_expert.value:.4g} ms per distinct expert")
+        out += [f"  residual({m}) = curve({m}) - fit({m}) = {r:+.3f} ms" for m, r in fit.residuals_ms]
+    shown: set[tuple[str, str, float]] = set()
+    for (heading, _), figures in zip(blocks, derived, strict=True):
+        new = [f for f in figures if (f.name, f.formula, f.value) not in shown and f.inputs]
+        shown |= {(f.name, f.formula, f.value) for f in new}
+        out += ["", heading, *map(explain_line, new)] if new else []
     if report.sensitivity:
         sens = report.sensitivity
         out += ["", f"Sensitivity of {sens.scenario}: {sens.tok_s:.0f} tok/s as in force; each line re-estimates it"]
-        for r in sens.rows:
-            out.append(
-                f"  {r.path}: {r.value:g} in force, range {r.low:g} - {r.high:g} ({r.source}); at {r.low:g}: "
-                f"{r.tok_s_at_low:.0f} tok/s, at {r.high:g}: {r.tok_s_at_high:.0f} tok/s; swing "
-                f"|{r.tok_s_at_high:.1f} - {r.tok_s_at_low:.1f}| = {r.swing:.0f}"
-            )
+        out += [
+            f"  {r.path}: {r.value:g} in force, range {r.low:g} - {r.high:g} ({r.source}); at {r.low:g}: "
+            f"{r.tok_s_at_low:.0f} tok/s, at {r.high:g}: {r.tok_s_at_high:.0f} tok/s; swing "
+            f"|{r.tok_s_at_high:.1f} - {r.tok_s_at_low:.1f}| = {r.swing:.0f}"
+            for r in sens.rows
+        ]
         out.append(
-            f"  band over all {sens.combinations} combinations of range ends: {sens.tok_s_min:.0f} to "
-            f"{sens.tok_s_max:.0f} tok/s"
+            f"  band over all {sens.combinations} combinations of range ends: "
+            f"{sens.tok_s_min:.0f} to {sens.tok_s_max:.0f} tok/s"
         )
     return "\n".join(out) + "\n"
 
 
-def _explain_moe(cal: Calibration, moe: MoeTime) -> list[str]:
-    """How MoE(M) is read: the curve point, the segment it lies on, or the experts fit; then the ratio."""
-    points, m = cal.moe_curve.points, moe.m
-    fit = cal.moe_curve.experts_fit
-    ratio = bandwidth_ratio(cal)
-    lines = []
-    if fit and cal.model:
-        distinct = distinct_experts(cal.model, m)
-        lines.append(
-            f"  curve({m}) = t0 + t_expert * distinct({m}) = {fit.t0_ms:.4g} + {fit.t_expert_ms:.4g} * "
-            f"{distinct:.2f} = {moe.reference_ms:.3f} ms (experts fit)"
-        )
-    elif not any(p.m == m for p in points):
-        lo, hi = curve_segment(points, m)
-        how = "extrapolated" if moe.extrapolated else "interpolated"
-        lines.append(
-            f"  curve({m}) = curve({lo.m}) + ({m} - {lo.m}) * (curve({hi.m}) - curve({lo.m})) / ({hi.m} - {lo.m}) = "
-            f"{lo.ms:g} + {m - lo.m} * {(hi.ms - lo.ms) / (hi.m - lo.m):.4g} = {moe.reference_ms:.3f} ms ({how})"
-        )
-    lines.append(f"  MoE({m}) = curve({m}) / bandwidth ratio = {moe.reference_ms:.4g} / {ratio:.3f} = {moe.ms:.2f} ms")
-    return lines
+RENDERERS: dict[str, Callable[[Report, RenderOptions], str]] = {
+    "table": render_tables,
+    "json": render_json,
+    "markdown": render_markdown,
+    "csv": render_csv,
+}
 
 
 # === Command line ===
-
-
-def _columns_set() -> int | None:
-    """$COLUMNS as a whole number, or None when it is unset or not a number."""
-    try:
-        return int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        return None
-
-
-def terminal_columns() -> int:
-    """$COLUMNS when set, else the terminal's width, else 80; without shutil (2 ms of start-up)."""
-    if (columns := _columns_set()) is not None:
-        return max(columns, 20)
-    try:
-        return os.get_terminal_size((sys.__stdout__ or sys.stdout).fileno()).columns
-    except (AttributeError, ValueError, OSError):
-        return 80
-
-
-def chart_columns() -> int:
-    """$COLUMNS when it is set (60 at the least), else 80: the chart's width does not follow the terminal."""
-    columns = _columns_set()
-    return 80 if columns is None else max(columns, 60)
-
-
-def _help_formatter(prog: str) -> argparse.HelpFormatter:
-    # Given a width, argparse does not import shutil to find one.
-    return argparse.RawDescriptionHelpFormatter(prog, width=terminal_columns() - 2)
-
 
 EPILOG = """examples:
   estimate_b300 --tablefmt github --no-chart
@@ -2557,57 +2222,49 @@ exit status: 0 estimated (warnings, if any, on stderr); 2 bad calibration, optio
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="estimate_b300",
-        formatter_class=_help_formatter,
+        prog="estimate_b300", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description="Estimate Kimi K2.x + DDTree decode throughput on B300 from calibration.json.",
-        epilog=EPILOG,
-    )
+    )  # fmt: skip
     add = parser.add_argument
     add("--calibration", metavar="PATH", help="calibration JSON to read (default: the one shipped beside the tool)")
     add(
         "--format",
-        choices=FORMATS,
+        choices=RENDERERS,
         default="table",
         help="tables for a terminal, one JSON object, a Markdown document for notes, or CSV rows",
     )
     add("--tablefmt", default="simple", metavar="NAME", help="any tabulate format for the tables, e.g. github")
-    show = parser.add_argument_group("showing the work")
-    show.add_argument("--explain", action="store_true", help="print the derivation, one figure a line, not the tables")
-    show.add_argument("--no-chart", action="store_true", help="leave out the step-time breakdown chart")
-    show.add_argument(
-        "--ascii", action="store_true", help="plain ASCII output (automatic when stdout cannot take Unicode)"
-    )
-    what_if = parser.add_argument_group("what-if analysis")
-    what_if.add_argument(
+    show = parser.add_argument_group("showing the work").add_argument
+    show("--explain", action="store_true", help="print the derivation, one figure a line, not the tables")
+    show("--no-chart", action="store_true", help="leave out the step-time breakdown chart")
+    show("--ascii", action="store_true", help="plain ASCII output (automatic when stdout cannot take Unicode)")
+    what_if = parser.add_argument_group("what-if analysis").add_argument
+    what_if(
         "--set",
         action="append",
         default=[],
         metavar="KEY.PATH=VALUE",
         help="override one calibration value (VALUE is JSON, else a string); repeatable",
     )
-    what_if.add_argument(
+    what_if(
         "--sweep",
         action="append",
         default=[],
         metavar="KEY.PATH=VALUES",
         help="estimate at each of V1,V2,... or START:STOP:STEP; two sweeps make a grid",
     )
-    what_if.add_argument(
+    what_if(
         "--sensitivity",
         action="store_true",
         help="swing each assumption across its range (calibration `ranges`) and show the combined band",
     )
-    what_if.add_argument(
+    what_if(
         "--scenario",
         metavar="DRAFTER/PIPELINE[@ACCEPT]",
         help="the scenario --sensitivity studies (default: stronger/native at its median accept)",
     )
-    what_if.add_argument("--solve", metavar="KEY.PATH", help="find the value of one assumption that matches --observed")
-    what_if.add_argument(
-        "--observed",
-        metavar="SCENARIO=TOK_S",
-        help="a measured throughput for --solve, e.g. current/native=463",
-    )
+    what_if("--solve", metavar="KEY.PATH", help="find the value of one assumption that matches --observed")
+    what_if("--observed", metavar="SCENARIO=TOK_S", help="a measured throughput for --solve, e.g. current/native=463")
     add("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
@@ -2627,30 +2284,44 @@ def _check_usage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> N
         import tabulate
 
         if args.tablefmt not in tabulate.tabulate_formats:
-            formats = ", ".join(tabulate.tabulate_formats)
-            parser.error(f"--tablefmt: unknown format {args.tablefmt!r}; choose from {formats}")
+            parser.error(
+                f"--tablefmt: unknown format {args.tablefmt!r}; choose from {', '.join(tabulate.tabulate_formats)}"
+            )
         if args.ascii and not tabulate.tabulate([["x"]], tablefmt=args.tablefmt).isascii():
             parser.error(f"--ascii: --tablefmt {args.tablefmt} draws with Unicode; choose an ASCII format")
 
 
-def render(report: Report, args: argparse.Namespace, ascii_only: bool) -> str:
-    if args.explain:
-        return render_explain(report)
-    if args.format == "json":
-        return render_json(report)
-    if args.format == "markdown":
-        return render_markdown(report, chart=not args.no_chart)
-    if args.format == "csv":
-        return render_csv(report)
-    return render_tables(report, args.tablefmt, 0 if args.no_chart else chart_columns(), ascii_only)
+def parse_options(args: argparse.Namespace) -> Options:
+    """The command line's values, parsed: a bad one is a CalibrationError naming its option."""
+    observed = None
+    if args.observed:
+        label, sep, tok_s_text = args.observed.rpartition("=")
+        if not sep:
+            raise CalibrationError(
+                "", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"--observed {args.observed}"
+            )
+        spec, tok_s = ScenarioSpec.parse("--observed", label), parse_value(tok_s_text)
+        if isinstance(tok_s, bool) or not isinstance(tok_s, (int, float)) or not 0 < tok_s < math.inf:
+            raise CalibrationError(
+                "", f"{tok_s_text!r}: expected a positive throughput in tok/s", file=f"--observed {args.observed}"
+            )
+        observed = (spec, float(tok_s))
+    return Options(
+        calibration=args.calibration,
+        overrides=tuple(parse_override(text) for text in args.set),
+        sweeps=tuple(parse_sweep(text) for text in args.sweep),
+        sensitivity=ScenarioSpec.parse("--scenario", args.scenario or "stronger/native") if args.sensitivity else None,
+        solve=args.solve,
+        observed=observed,
+    )
 
 
-def _can_print(text: str) -> bool:
+def chart_columns() -> int:
+    """$COLUMNS when it is set (60 at the least), else 80: the chart's width does not follow the terminal."""
     try:
-        text.encode(sys.stdout.encoding or "ascii")
-    except (UnicodeEncodeError, LookupError):
-        return False
-    return True
+        return max(int(os.environ["COLUMNS"]), 60)
+    except (KeyError, ValueError):
+        return 80
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -2658,14 +2329,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _check_usage(args, parser)
     try:
-        report = build_report(args)
+        report = build_report(parse_options(args))
     except CalibrationError as exc:
         print(f"estimate_b300: {exc}", file=sys.stderr)
         return 2
     for warning in report.warnings:
         print(f"estimate_b300: warning: {warning}", file=sys.stderr)
-    ascii_only = args.ascii or not _can_print("".join(CHART_FILLS[False]))
-    output = render(report, args, ascii_only)
+    try:
+        "".join(CHART_FILLS[False]).encode(sys.stdout.encoding or "ascii")
+        ascii_only = args.ascii
+    except (UnicodeEncodeError, LookupError):
+        ascii_only = True
+    how = RenderOptions(args.tablefmt, 0 if args.no_chart else chart_columns(), ascii_only)
+    output = (render_explain if args.explain else RENDERERS[args.format])(report, how)
     if ascii_only:
         output = output.encode("ascii", "replace").decode("ascii")  # names from the calibration, say
     try:
@@ -2676,22 +2352,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
-    """The command's entry point: main(), then exit without the interpreter's teardown.
-
-    Tearing down what tabulate imports (importlib.metadata, email, ...) takes
-    about 10 ms, a sixth of a table run. Both streams are flushed first and
-    nothing else is pending: the tool holds no files and registers no atexit
-    work. An internal error still propagates as a traceback with status 1.
-    """
-    code = main()
-    for stream in (sys.stdout, sys.stderr):
-        try:  # noqa: SIM105 (contextlib.suppress would import contextlib for this alone)
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    cli()
+    raise SystemExit(main())

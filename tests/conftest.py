@@ -1,12 +1,15 @@
-"""Shared helpers: the default calibration as data, and the tool run in-process or as a command."""
+"""Shared fixtures and helpers: the default calibration as data, the tool run in-process or as a command."""
 
 from __future__ import annotations
 
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,8 @@ import estimate_b300 as eb
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "estimate_b300.py"
 DEFAULT_CALIBRATION = ROOT / "calibration.json"
+GOLDEN = Path(__file__).parent / "golden"
+_DEFAULT_DOC = json.loads(DEFAULT_CALIBRATION.read_text())
 
 
 @dataclass
@@ -35,11 +40,19 @@ def default_doc() -> dict[str, Any]:
     return copy.deepcopy(_DEFAULT_DOC)
 
 
-_DEFAULT_DOC = json.loads(DEFAULT_CALIBRATION.read_text())
+def mutated(edit: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    """The default calibration with one edit applied."""
+    doc = default_doc()
+    edit(doc)
+    return doc
+
+
+def estimate_of(doc: object) -> eb.Estimate:
+    return eb.estimate(eb.parse_calibration(doc))
 
 
 def default_estimate() -> eb.Estimate:
-    return eb.estimate(eb.parse_calibration(default_doc()))
+    return estimate_of(default_doc())
 
 
 def find(est: eb.Estimate, drafter: str, pipeline: str, accept: float) -> eb.Scenario:
@@ -51,7 +64,7 @@ def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
     """The tool in-process (fast), stdout and stderr captured."""
     try:
         code = eb.main(list(argv))
-    except SystemExit as exc:  # argparse usage errors and --help
+    except SystemExit as exc:  # argparse's --help and --version
         code = int(exc.code or 0)
     captured = capsys.readouterr()
     return Run(code, captured.out, captured.err)
@@ -65,8 +78,25 @@ def run_script(*argv: str, cwd: Path = ROOT, exe: list[str] | None = None, env: 
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
+def installed_command() -> str | None:
+    """The console script of a `pip install` into this interpreter's environment, if there is one."""
+    candidate = Path(sysconfig.get_path("scripts")) / "estimate-b300"
+    return str(candidate) if candidate.exists() else shutil.which("estimate-b300")
+
+
+def assert_clean_error(run: Run, *fragments: str) -> None:
+    """Exit 2, nothing on stdout, one line on stderr that names the file and says what is wrong."""
+    assert run.code == 2, run.err
+    assert run.out == ""
+    assert "Traceback" not in run.err
+    assert run.err.count("\n") == 1, run.err
+    assert run.err.startswith("estimate_b300: ")
+    for fragment in fragments:
+        assert fragment in run.err, f"{fragment!r} not in {run.err!r}"
+
+
 @pytest.fixture
-def write_calibration(tmp_path: Path):  # type: ignore[no-untyped-def]
+def write_calibration(tmp_path: Path) -> Callable[..., Path]:
     """Write a calibration document (or raw text) under tmp_path and return its path."""
 
     def write(doc: object, name: str = "calibration.json") -> Path:
@@ -75,3 +105,10 @@ def write_calibration(tmp_path: Path):  # type: ignore[no-untyped-def]
         return path
 
     return write
+
+
+@pytest.fixture(autouse=True)
+def _project_root_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output names the calibration relative to the working directory, and the chart follows $COLUMNS."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("COLUMNS", raising=False)

@@ -7,10 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import default_doc, default_estimate, run_main
+from conftest import assert_clean_error, default_doc, default_estimate, run_main
 from hypothesis import given
 from hypothesis import strategies as st
-from test_calibration import assert_clean_error
 
 import estimate_b300 as eb
 
@@ -30,12 +29,12 @@ def bytes_per_gpu(m: int) -> float:
 @pytest.mark.parametrize(("m", "distinct"), [(1, 8.0), (9, 66.28), (32, 188.23), (33, 192.31), (256, 382.25)])
 def test_distinct_experts(m: int, distinct: float) -> None:
     """384 * (1 - (47/48)**m): (47/48)**9 = 0.82739 -> 66.28; (47/48)**32 = 0.50981 -> 188.23."""
-    assert eb.distinct_experts(KIMI, m) == pytest.approx(distinct, abs=0.005)
+    assert eb.distinct_experts(KIMI, m).value == pytest.approx(distinct, abs=0.005)
 
 
 def test_expert_bytes() -> None:
-    assert eb.expert_bytes(KIMI) == 24_772_608
-    assert eb.expert_bytes(KIMI) / 1e6 == pytest.approx(24.8, abs=0.05)
+    (expert,) = [f for f in eb.moe_gb_per_gpu(KIMI, 8, 9).inputs if f.name == "expert MB"]
+    assert expert.value * 1e6 == pytest.approx(24_772_608, rel=1e-15)
 
 
 def test_shared_expert_bytes_when_the_curve_includes_it() -> None:
@@ -44,7 +43,7 @@ def test_shared_expert_bytes_when_the_curve_includes_it() -> None:
     doc["model"]["curve_includes_shared_expert"] = True
     model = eb.parse_calibration(doc).model
     assert model is not None
-    assert eb.moe_bytes_per_gpu(model, 8, 9) == pytest.approx(bytes_per_gpu(9) + 60 * 3 * 7168 * 2048 * 2 / 8)
+    assert eb.moe_gb_per_gpu(model, 8, 9).value * 1e9 == pytest.approx(bytes_per_gpu(9) + 60 * 3 * 7168 * 2048 * 2 / 8)
 
 
 # --- Efficiency of the measured curve ------------------------------------------------------
@@ -182,11 +181,13 @@ def test_experts_fit_recovers_exact_data() -> None:
     """Points made from t0 = 0.5 ms, t_expert = 0.1 ms per distinct expert: the fit returns both."""
     doc = default_doc()
     doc["moe_curve"]["fit"] = "experts"
-    doc["moe_curve"]["points"] = [{"m": m, "ms": 0.5 + 0.1 * eb.distinct_experts(KIMI, m)} for m in (1, 9, 32, 64)]
-    fit = eb.parse_calibration(doc).moe_curve.experts_fit
+    doc["moe_curve"]["points"] = [
+        {"m": m, "ms": 0.5 + 0.1 * eb.distinct_experts(KIMI, m).value} for m in (1, 9, 32, 64)
+    ]
+    fit = eb.estimate(eb.parse_calibration(doc)).experts_fit
     assert fit is not None
-    assert fit.t0_ms == pytest.approx(0.5, rel=1e-9)
-    assert fit.t_expert_ms == pytest.approx(0.1, rel=1e-9)
+    assert fit.t0.value == pytest.approx(0.5, rel=1e-9)
+    assert fit.t_expert.value == pytest.approx(0.1, rel=1e-9)
     assert all(abs(r) < 1e-9 for _, r in fit.residuals_ms)
 
 
@@ -197,9 +198,13 @@ def test_experts_fit_flattens_beyond_the_curve(capsys: pytest.CaptureFixture[str
     linear = eb.parse_calibration(doc)
     doc["moe_curve"]["fit"] = "experts"
     experts = eb.parse_calibration(doc)
-    assert eb.moe_time(experts, 65).ms < 2 * eb.moe_time(experts, 32).ms
-    assert eb.moe_time(experts, 65).ms < eb.moe_time(linear, 65).ms
-    assert eb.moe_time(experts, 65).extrapolated and eb.moe_time(linear, 65).extrapolated
+
+    def moe(cal: eb.Calibration, m: int) -> eb.MoeTime:
+        return eb.moe_time(cal, m, eb.bandwidth_ratio(cal))
+
+    assert moe(experts, 65).time.value < 2 * moe(experts, 32).time.value
+    assert moe(experts, 65).time.value < moe(linear, 65).time.value
+    assert moe(experts, 65).extrapolated and moe(linear, 65).extrapolated
     out = run_main(capsys, "--set", "moe_curve.fit=experts", "--set", "stronger_drafter.budget=64").out
     assert "MoE(M) read from the experts fit" in out and "M = 65 lies outside" in out
     fit = run_main(capsys, "--set", "moe_curve.fit=experts", "--format", "json").json()["moe_fit"]
@@ -229,19 +234,30 @@ def test_unknown_fit(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_chain_alpha_of_the_defaults() -> None:
     """Accept 4.4 at block 8: alpha = 0.8 gives (1 - 0.8^9) / 0.2 = 4.33, so a little over 0.8."""
-    assert eb.chain_alpha(4.4, 8) == pytest.approx(0.805, abs=0.001)
-    assert eb.chain_alpha(16, 16) == pytest.approx(0.992, abs=0.001)
-    assert eb.chain_alpha(17, 16) == 1.0
-    assert eb.chain_alpha(1, 16) == pytest.approx(0.0, abs=1e-12)
+    assert eb.chain_alpha(4.4, 8).value == pytest.approx(0.805, abs=0.001)
+    assert eb.chain_alpha(16, 16).value == pytest.approx(0.992, abs=0.001)
+    assert eb.chain_alpha(17, 16).value == 1.0
+    assert eb.chain_alpha(1, 16).value == pytest.approx(0.0, abs=1e-12)
     rows = {r.label: r.chain_alpha for r in default_estimate().scenarios}
-    assert rows["current/native@4.4"] == eb.chain_alpha(4.4, 8)
-    assert rows["stronger/native@16"] == eb.chain_alpha(16, 16)
+    assert rows["current/native@4.4"] == eb.chain_alpha(4.4, 8).value
+    assert rows["stronger/native@16"] == eb.chain_alpha(16, 16).value
 
 
 @given(st.floats(0.0, 0.999), st.integers(1, 64))
 def test_chain_alpha_round_trips(alpha: float, depth: int) -> None:
     accept = sum(alpha**i for i in range(depth + 1))
-    assert eb.chain_alpha(accept, depth) == pytest.approx(alpha, abs=1e-9)
+    assert eb.chain_alpha(accept, depth).value == pytest.approx(alpha, abs=1e-9)
+
+
+@pytest.mark.parametrize("depth", [1, 16, 10_000, 1_000_000])
+def test_chain_alpha_costs_the_same_at_any_depth(depth: int) -> None:
+    """Each bisection probe is in closed form: a block of a million is as quick as a block of 8."""
+    import time
+
+    start = time.perf_counter()
+    alpha = eb.chain_alpha(depth / 2 + 0.123, depth).value  # a new value: not from the cache
+    assert time.perf_counter() - start < 0.05
+    assert 0 < alpha < 1
 
 
 def test_chain_alpha_is_printed_with_its_footnote(capsys: pytest.CaptureFixture[str]) -> None:

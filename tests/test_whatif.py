@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import default_doc, default_estimate, find, run_main
-from test_calibration import assert_clean_error
+from conftest import assert_clean_error, default_doc, default_estimate, find, run_main
 
 import estimate_b300 as eb
 
@@ -99,8 +98,8 @@ def test_set_and_ranges_with_dotted_keys(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_parse_sweep_range_includes_stop() -> None:
     sweep = eb.parse_sweep("native_engine.overhead_cut=0.2:0.6:0.1")
-    assert sweep.values == tuple(0.2 + i * 0.1 for i in range(5))  # computed, not accumulated
-    assert eb.parse_sweep("a=0:1:0.3").values == (0.0, 0.3, 0.6, 0.8999999999999999)  # 1.0 not on a step
+    assert sweep.values == pytest.approx((0.2, 0.3, 0.4, 0.5, 0.6), rel=1e-15)
+    assert eb.parse_sweep("a=0:1:0.3").values == pytest.approx((0.0, 0.3, 0.6, 0.9), rel=1e-15)  # 1.0 not on a step
     assert eb.parse_sweep("a=3:1:-1").values == (3.0, 2.0, 1.0)
     whole = eb.parse_sweep("stronger_drafter.budget=16:64:16").values
     assert whole == (16, 32, 48, 64) and all(isinstance(v, int) for v in whole)  # shown as 16, not 16.0
@@ -222,20 +221,15 @@ def test_band_of_a_single_range_is_its_two_ends(capsys: pytest.CaptureFixture[st
     }
 
 
-def test_missing_ranges_section_gets_the_built_in_defaults(
-    write_calibration, capsys: pytest.CaptureFixture[str]
-) -> None:  # type: ignore[no-untyped-def]
+def test_sensitivity_without_a_ranges_section_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[[object], Path]
+) -> None:
+    """The ranges live in the calibration, nowhere else: without them --sensitivity has nothing to vary."""
     doc = default_doc()
-    shipped = {k: v for k, v in doc.pop("ranges").items() if k != "source"}
-    cal = eb.parse_calibration(doc)
-    assert {r.path: (r.low, r.high, r.relative) for r in cal.ranges} == {
-        path: (
-            pytest.approx(spec.get("low", eb.get_path(doc, eb.parse_path(path)) * (1 - spec.get("relative", 0)))),
-            pytest.approx(spec.get("high", eb.get_path(doc, eb.parse_path(path)) * (1 + spec.get("relative", 0)))),
-            spec.get("relative"),
-        )
-        for path, spec in shipped.items()
-    }
+    del doc["ranges"]
+    path = str(write_calibration(doc))
+    assert run_main(capsys, "--calibration", path).code == 0
+    assert_clean_error(run_main(capsys, "--calibration", path, "--sensitivity"), "ranges: missing", "--sensitivity")
 
 
 def test_relative_range_follows_the_value_in_force(capsys: pytest.CaptureFixture[str]) -> None:
@@ -268,7 +262,7 @@ def test_default_scenario_takes_the_lower_middle_accept() -> None:
     doc = default_doc()
     doc["stronger_drafter"]["accept"] = [16, 12, 14, 10]
     cal = eb.parse_calibration(doc)
-    assert eb.ScenarioSpec.parse("--scenario", "stronger/native").resolve(cal, "--scenario")[1] == 12
+    assert eb.scenario_for(cal, eb.ScenarioSpec.parse("--scenario", "stronger/native"), "--scenario").accept == 12
 
 
 @pytest.mark.parametrize(
@@ -423,9 +417,9 @@ def test_solve_round_trips(capsys: pytest.CaptureFixture[str], path: str, label:
     assert run.json()["solve"]["value"] == pytest.approx(value, abs=1e-6)
 
 
-def test_bisection_reports_every_root() -> None:
-    """gap(v) = (v - 1)(v - 3) crosses zero at 1 and 3; the root finder narrows both."""
-    roots, seen = eb._bisect_roots(lambda v: (v - 1) * (v - 3), [0.1 * i for i in range(51)])
+def test_crossings_finds_every_root() -> None:
+    """gap(v) = (v - 1)(v - 3) crosses zero at 1 and 3; both are narrowed to float precision."""
+    roots, seen = eb.crossings(lambda v: (v - 1) * (v - 3), [0.1 * i for i in range(51)])
     assert roots == [pytest.approx(1, abs=1e-12), pytest.approx(3, abs=1e-12)]
     assert min(seen) == pytest.approx(-1, abs=0.01)
 
