@@ -44,6 +44,7 @@ solving, warnings); one run's report; rendering; the command line.
 """
 
 import argparse
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -51,8 +52,8 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import NamedTuple, NoReturn
 
 __version__ = "1.0.0"
 
@@ -62,8 +63,20 @@ PIPELINES = ("sglang", "native")
 PIPELINE_LABELS = {"sglang": "SGLang", "native": "native engine"}
 POINT_BASES = ("measured", "inferred", "assumed")
 CURVE_FITS = ("linear", "experts")
-MAX_COUNT = 1_000_000  # the largest M, block, budget or TP: far past any decode step at concurrency 1
 ROUNDING = 1e-12  # a relative difference this small is float rounding, not a conflict in the data
+
+# Limits on the size of the input, each checked before the work it bounds.
+MAX_COUNT = 1_000_000  # the largest M, block, budget or TP: far past any decode step at concurrency 1
+MAX_FIGURE = 1e15  # a figure this large (ms, tok/s, GB) means inputs of no sensible size
+MAX_FILE_BYTES = 4 << 20  # a calibration file: the shipped one is 5 KB
+MAX_ITEMS = {"points": 1000, "accept": 64}  # curve points; accept lengths of a drafter
+MAX_RANGES = 10  # the band tries every combination of range ends: 2^10
+MAX_PATH = 16  # segments of a key path; the deepest in a calibration has 5
+MAX_NESTING = 32  # lists and objects within a --set value
+MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid; 800,000 scenarios are plenty
+
+
+PathSegments = tuple[str | int, ...]  # a key path, split: ("moe_curve", "points", 1, "ms")
 
 
 class CalibrationError(ValueError):
@@ -233,8 +246,14 @@ def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
     compute = _COMPILED.get(formula) or _compile(formula, inputs)
     try:
         value = float(compute(inputs))
-    except ArithmeticError:  # a division by zero or an overflow: checked where the figure is used
+    except ArithmeticError:  # a division by zero or an overflow
         value = math.nan
+    if not abs(value) < MAX_FIGURE:  # also NaN
+        values = ", ".join(f"{i.name} = {i.value:.4g}" + (f" ({i.path})" if i.path else "") for i in inputs)
+        raise CalibrationError(
+            name, f"{formula} with {values} gives {value:.4g}; expected a finite figure below {MAX_FIGURE:.0e}: "
+            "inputs of sensible size"
+        )  # fmt: skip
     return Figure(name, value, unit, formula, inputs)
 
 
@@ -277,20 +296,14 @@ def replace_names(formula: str, names: Iterable[str], by: Callable[[str], str]) 
     return "".join([*out, formula[i:]])
 
 
-def bandwidth_ratio(cal: Calibration) -> Figure:
+def bandwidth_ratio(hardware: Hardware) -> Figure:
     """Target over reference memory bandwidth: 8.0 / 1.8 = 4.444 for B300 vs RTX PRO 6000."""
-    ratio = derive("bandwidth ratio", "target bandwidth / reference bandwidth", "ratio", *_bandwidths(cal))
-    if not 0 < ratio.value < math.inf:
-        raise CalibrationError(
-            "hardware", f"target / reference bandwidth = {ratio.value:g}; expected a finite, positive ratio "
-            "(bandwidths of sensible size)"
-        )  # fmt: skip
-    return ratio
+    return derive("bandwidth ratio", "target bandwidth / reference bandwidth", "ratio", *_bandwidths(hardware))
 
 
-def _bandwidths(cal: Calibration) -> tuple[Figure, Figure]:
+def _bandwidths(hardware: Hardware) -> tuple[Figure, Figure]:
     """The target's and the reference GPU's memory bandwidth, as inputs."""
-    target, reference = cal.hardware.target.mem_bandwidth_tb_s, cal.hardware.reference.mem_bandwidth_tb_s
+    target, reference = hardware.target.mem_bandwidth_tb_s, hardware.reference.mem_bandwidth_tb_s
     return (
         given("target bandwidth", target, "TB/s", "hardware.target.mem_bandwidth_tb_s"),
         given("reference bandwidth", reference, "TB/s", "hardware.reference.mem_bandwidth_tb_s"),
@@ -304,32 +317,36 @@ class MoeTime(NamedTuple):
     floor: Figure | None  # the weight read at 100% of the target's bandwidth (needs `model`)
 
 
-def moe_time(cal: Calibration, m: int, ratio: Figure) -> MoeTime:
+def moe_time(cal: Calibration, m: int) -> MoeTime:
     """MoE(M) = curve(M) / bandwidth ratio: the MoE forward is bandwidth-bound."""
-    curve = curve_at(cal, m)
-    if not curve.value > 0:
-        ms = [p.m for p in cal.moe_curve.points]
+    return _moe_time(cal.hardware, cal.model, cal.moe_curve, m)
+
+
+@functools.lru_cache(maxsize=256)  # a sweep computes it again only where the sections it reads changed
+def _moe_time(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, m: int) -> MoeTime:
+    at = curve_at(curve, model, m)
+    if not at.value > 0:
+        ms = [p.m for p in curve.points]
         raise CalibrationError(
-            "moe_curve.points", f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {cal.moe_curve.fit}) at M = {m} "
-            f"gives {curve.value:.4g} ms; expected a positive time: add a measured point nearer M = {m}"
+            "moe_curve.points", f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {curve.fit}) at M = {m} "
+            f"gives {at.value:.4g} ms; expected a positive time: add a measured point nearer M = {m}"
         )  # fmt: skip
-    points, floor = cal.moe_curve.points, None
-    if cal.model:
-        read = moe_gb_per_gpu(cal.model, cal.moe_curve.tp, m)
-        floor = derive("MoE floor", f"{read.name} / target bandwidth", "ms", read, _bandwidths(cal)[0])
-    time = derive(f"MoE({m})", f"{curve.name} / bandwidth ratio", "ms", curve, ratio)
-    return MoeTime(m, time, not points[0].m <= m <= points[-1].m, floor)
+    floor = None
+    if model:
+        read = moe_gb_per_gpu(model, curve.tp, m)
+        floor = derive("MoE floor", f"{read.name} / target bandwidth", "ms", read, _bandwidths(hardware)[0])
+    time = derive(f"MoE({m})", f"{at.name} / bandwidth ratio", "ms", at, bandwidth_ratio(hardware))
+    return MoeTime(m, time, not curve.points[0].m <= m <= curve.points[-1].m, floor)
 
 
-def curve_at(cal: Calibration, m: int) -> Figure:
+def curve_at(curve: MoeCurve, model: ModelGeometry | None, m: int) -> Figure:
     """curve(M): a measured point, the straight line through the nearest two, or the experts fit.
 
     Outside the points the nearest end segment goes on: with (9, 8.85) and (32, 23.8),
     curve(33) = 8.85 + (33 - 9) * (23.8 - 8.85) / (32 - 9) = 24.45 ms.
     """
-    curve = cal.moe_curve
-    if curve.fit == "experts" and cal.model:
-        fit, distinct = fit_experts(curve.points, cal.model), distinct_experts(cal.model, m)
+    if curve.fit == "experts" and model:
+        fit, distinct = fit_experts(curve.points, model), distinct_experts(model, m)
         return derive(f"curve({m})", f"t0 + t_expert * {distinct.name}", "ms", fit.t0, fit.t_expert, distinct)
     point = next((p for p in curve.points if p.m == m), None)
     if point:
@@ -367,12 +384,17 @@ class Decomposition(NamedTuple):
 
 def decompose(cal: Calibration) -> Decomposition:
     """Split the anchors: AR step - MoE(1) leaves ATTN_BASE; DDTree step - MoE(M) - ATTN_BASE leaves SPEC."""
-    anchors, dd = cal.anchors, cal.anchors.ddtree
-    ratio = bandwidth_ratio(cal)
+    return _decompose(cal.hardware, cal.model, cal.moe_curve, cal.anchors)
+
+
+@functools.lru_cache(maxsize=64)  # a sweep splits the anchors again only where the sections it reads changed
+def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, anchors: Anchors) -> Decomposition:
+    dd = anchors.ddtree
+    ratio = bandwidth_ratio(hardware)
     ar_tok_s = given("ar_tok_s", anchors.ar_tok_s, "tok/s", "anchors.ar_tok_s")
     accept = given("accept", dd.accept, "tokens", "anchors.ddtree.accept")
     tok_s = given("tok_s", dd.tok_s, "tok/s", "anchors.ddtree.tok_s")
-    moe_ar, moe_dd = moe_time(cal, 1, ratio), moe_time(cal, dd.budget + 1, ratio)
+    moe_ar, moe_dd = _moe_time(hardware, model, curve, 1), _moe_time(hardware, model, curve, dd.budget + 1)
     moe_1, moe_m = moe_ar.time, moe_dd.time
 
     ar_step = derive("AR step", "1000 / ar_tok_s", "ms", ar_tok_s)
@@ -384,7 +406,7 @@ def decompose(cal: Calibration) -> Decomposition:
     if not attn_base.value > 0:
         raise CalibrationError(
             "anchors.ar_tok_s", f"the measured anchors conflict with the MoE curve: {anchors.ar_tok_s:g} tok/s is a "
-            f"{ar_step.value:.4g} ms step, but MoE(1) alone takes {moe_1.value:.4g} ms on {cal.hardware.target.name}, "
+            f"{ar_step.value:.4g} ms step, but MoE(1) alone takes {moe_1.value:.4g} ms on {hardware.target.name}, "
             f"leaving ATTN_BASE = {attn_base.value:.4g} ms; expected ATTN_BASE > 0, i.e. ar_tok_s below "
             f"{1000.0 / moe_1.value:.4g} (or a smaller curve(1), or a faster target)"
         )  # fmt: skip
@@ -421,7 +443,11 @@ class Drafter(NamedTuple):
 
 def drafters(cal: Calibration) -> tuple[Drafter, Drafter]:
     """The current drafter (the DDTree anchor itself, both scales 1) and the stronger one."""
-    dd, sd = cal.anchors.ddtree, cal.stronger_drafter
+    return _drafters(cal.anchors.ddtree, cal.stronger_drafter)
+
+
+@functools.lru_cache(maxsize=64)
+def _drafters(dd: DdtreeAnchor, sd: StrongerDrafter) -> tuple[Drafter, Drafter]:
     current = (given("accept", dd.accept, "tokens", "anchors.ddtree.accept"),)
     stronger = tuple(given("accept", a, "tokens", f"stronger_drafter.accept[{i}]") for i, a in enumerate(sd.accept))
     scales = [given(key, getattr(sd, key), "", f"stronger_drafter.{key}") for key in ("attn_base_scale", "spec_scale")]
@@ -431,11 +457,11 @@ def drafters(cal: Calibration) -> tuple[Drafter, Drafter]:
     )
 
 
-def kept(cal: Calibration, pipeline: str) -> Figure:
-    """The share of the non-MoE time a pipeline keeps: all of it on SGLang, 1 - overhead_cut natively."""
-    if pipeline == "sglang":
+def kept(engine: NativeEngine | None) -> Figure:
+    """The share of the non-MoE time a pipeline keeps: all of it on SGLang (no engine), 1 - overhead_cut natively."""
+    if engine is None:
         return given("kept", 1.0)
-    cut = given("overhead_cut", cal.native_engine.overhead_cut, "", "native_engine.overhead_cut")
+    cut = given("overhead_cut", engine.overhead_cut, "", "native_engine.overhead_cut")
     return derive("kept", "1 - overhead_cut", "", cut)
 
 
@@ -448,8 +474,8 @@ class Step(NamedTuple):
     step: Figure
 
 
-def step(cal: Calibration, dec: Decomposition, drafter: Drafter, pipeline: str, moe: MoeTime) -> Step:
-    k, a, s = kept(cal, pipeline), drafter.attn_base_scale, drafter.spec_scale
+def step(dec: Decomposition, drafter: Drafter, k: Figure, moe: MoeTime) -> Step:
+    a, s = drafter.attn_base_scale, drafter.spec_scale
     attn_base = derive("ATTN_BASE part", "kept * attn_base_scale * ATTN_BASE", "ms", k, a, dec.attn_base)
     spec = derive("SPEC part", "kept * spec_scale * SPEC", "ms", k, s, dec.spec)
     total = derive("step", f"{moe.time.name} + ATTN_BASE part + SPEC part", "ms", moe.time, attn_base, spec)
@@ -497,7 +523,7 @@ def scenario(dec: Decomposition, drafter: Drafter, pipeline: str, accept: Figure
     if moe.floor:
         ceiling = derive("ceiling", "1000 * accept / MoE floor", "tok/s", accept, moe.floor)
         figures += [ceiling, derive("of ceiling", "tok/s / ceiling", "%", tok_s, ceiling)]
-    named = {f.name: f for f in derivation(step_, *figures)}
+    named = {f.name: f for f in (moe.time, part.attn_base, part.spec, step_, *figures)}
     return Scenario(
         drafter.name, pipeline, drafter.block, drafter.budget, moe.m, accept.value, named["chain alpha"].value,
         moe.time.value, part.attn_base.value, part.spec.value, step_.value, tok_s.value, moe.extrapolated,
@@ -506,35 +532,39 @@ def scenario(dec: Decomposition, drafter: Drafter, pipeline: str, accept: Figure
     )  # fmt: skip
 
 
-def scenarios(cal: Calibration, dec: Decomposition) -> tuple[Scenario, ...]:
-    """Every scenario: each drafter, each accept length, each pipeline."""
-    rows = []
+def scenarios(cal: Calibration) -> tuple[Scenario, ...]:
+    """Every scenario: each drafter, each of its accept lengths, each pipeline."""
+    rows: list[Scenario] = []
     for drafter in drafters(cal):
-        moe = moe_time(cal, drafter.budget + 1, dec.bandwidth_ratio)
-        steps = {pipeline: step(cal, dec, drafter, pipeline, moe) for pipeline in PIPELINES}
-        rows += [scenario(dec, drafter, p, accept, steps[p]) for accept in drafter.accepts for p in PIPELINES]
-    for row in rows:
-        for name in ("moe_ms", "attn_base_ms", "spec_ms", "step_ms", "tok_s", "moe_floor_ms", "tok_s_ceiling"):
-            value = getattr(row, name)
-            if value is not None and not math.isfinite(value):
-                raise CalibrationError(
-                    row.label, f"{name} = {value}; expected a finite figure: inputs of sensible size"
-                )
+        on = [drafter_on(cal, drafter, pipeline, drafter.accepts) for pipeline in PIPELINES]
+        rows += [row for same_accept in zip(*on, strict=True) for row in same_accept]
     return tuple(rows)
 
 
-def derivation(*figures: Figure) -> list[Figure]:
+def drafter_on(cal: Calibration, drafter: Drafter, pipeline: str, accepts: tuple[Figure, ...]) -> tuple[Scenario, ...]:
+    """One drafter on one pipeline at some accept lengths."""
+    engine = cal.native_engine if pipeline == "native" else None
+    return _drafter_on(cal.hardware, cal.model, cal.moe_curve, cal.anchors, drafter, engine, pipeline, accepts)
+
+
+# A sweep computes a drafter's scenarios on a pipeline again only when a section they read has changed.
+@functools.lru_cache(maxsize=256)
+def _drafter_on(
+    hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, anchors: Anchors, drafter: Drafter,
+    engine: NativeEngine | None, pipeline: str, accepts: tuple[Figure, ...],
+) -> tuple[Scenario, ...]:  # fmt: skip
+    dec = _decompose(hardware, model, curve, anchors)
+    part = step(dec, drafter, kept(engine), _moe_time(hardware, model, curve, drafter.budget + 1))
+    return tuple(scenario(dec, drafter, pipeline, accept, part) for accept in accepts)
+
+
+def derivation(*figures: Figure, found: dict[int, Figure] | None = None) -> list[Figure]:
     """Every computed figure the given ones rest on, each once, in the order they were computed."""
-    found: dict[int, Figure] = {}
-
-    def visit(figure: Figure) -> None:
-        if figure.formula and id(figure) not in found:
-            for i in figure.inputs:
-                visit(i)
-            found[id(figure)] = figure
-
+    found = {} if found is None else found
     for figure in figures:
-        visit(figure)
+        if figure.formula and id(figure) not in found:
+            derivation(*figure.inputs, found=found)
+            found[id(figure)] = figure
     return list(found.values())
 
 
@@ -552,7 +582,7 @@ class BreakEven(NamedTuple):
 
 def ar_tok_s(cal: Calibration, dec: Decomposition, pipeline: str) -> Figure:
     """Autoregressive decoding on a pipeline; on SGLang it gives back the measured ar_tok_s."""
-    k, moe_1 = kept(cal, pipeline), dec.moe_ar.time
+    k, moe_1 = kept(cal.native_engine if pipeline == "native" else None), dec.moe_ar.time
     return derive("AR tok/s", "1000 / (MoE(1) + kept * ATTN_BASE)", "tok/s", moe_1, k, dec.attn_base)
 
 
@@ -689,19 +719,18 @@ class RooflinePoint(NamedTuple):
     figures: tuple[Figure, ...]
 
 
-def roofline(cal: Calibration) -> tuple[RooflinePoint, ...]:
+def roofline(cal: Calibration) -> tuple[RooflinePoint, ...] | None:
     """For every curve point: the bytes it must read, and the share of peak bandwidth its time implies."""
-    assert cal.model is not None
+    return _roofline(cal.hardware, cal.model, cal.moe_curve) if cal.model else None
+
+
+@functools.lru_cache(maxsize=64)
+def _roofline(hardware: Hardware, model: ModelGeometry, curve: MoeCurve) -> tuple[RooflinePoint, ...]:
     rows = []
-    for p in cal.moe_curve.points:
-        read = moe_gb_per_gpu(cal.model, cal.moe_curve.tp, p.m)
-        peak = derive(f"peak read({p.m})", f"{read.name} / reference bandwidth", "ms", read, _bandwidths(cal)[1])
+    for p in curve.points:
+        read = moe_gb_per_gpu(model, curve.tp, p.m)
+        peak = derive(f"peak read({p.m})", f"{read.name} / reference bandwidth", "ms", read, _bandwidths(hardware)[1])
         efficiency = derive(f"efficiency({p.m})", f"peak read({p.m}) / curve({p.m})", "%", peak, point_figure(p))
-        if not math.isfinite(efficiency.value):
-            raise CalibrationError(
-                "hardware.reference.mem_bandwidth_tb_s", f"reading {read.value:.4g} GB at that bandwidth takes "
-                f"{peak.value} ms; expected a bandwidth of sensible size"
-            )  # fmt: skip
         distinct = read.inputs[1].value
         figures = tuple(derivation(efficiency))
         rows.append(
@@ -722,9 +751,9 @@ class Estimate(NamedTuple):
 def estimate(cal: Calibration) -> Estimate:
     """The decomposition, every scenario, the break-even accept lengths and the physical cross-check."""
     dec = decompose(cal)
-    rows = scenarios(cal, dec)
+    rows = scenarios(cal)
     fit = fit_experts(cal.moe_curve.points, cal.model) if cal.moe_curve.fit == "experts" and cal.model else None
-    return Estimate(cal, dec, rows, break_even(cal, dec, rows), roofline(cal) if cal.model else None, fit)
+    return Estimate(cal, dec, rows, break_even(cal, dec, rows), roofline(cal), fit)
 
 
 # === Loading and validating the calibration ===
@@ -736,7 +765,10 @@ def _describe(value: object, quote: bool = True) -> str:
         return f"an integer of {len(str(abs(value)))} digits"
     if isinstance(value, float) and math.isfinite(value):
         return f"{value:.15g}"  # 40.0 -> '40', 0.1 -> '0.1'
-    text = json.dumps(value, allow_nan=True)
+    try:
+        text = json.dumps(value, allow_nan=True)
+    except (RecursionError, ValueError):  # nested deeper than the stack allows
+        return _kind(value) + " nested too deep to show"
     text = text if len(text) <= 40 else text[:37] + "..."
     return f"{_kind(value)} {text}" if quote and isinstance(value, (str, list, dict)) else text
 
@@ -868,10 +900,12 @@ class _Reader:
             raise self.error(key, f"got {_describe(value)}; expected {expected}")
         return value
 
-    def items(self, key: str) -> list[object]:
+    def items(self, key: str, fewest: int = 1, most: int = 1000) -> list[object]:
         value = self.raw(key, "a list")
         if not isinstance(value, list):
             raise self.error(key, f"got {_kind(value)}; expected a list")
+        if not fewest <= len(value) <= most:
+            raise self.error(key, f"has {len(value):,} entries; expected {fewest} to {most:,}")
         return value
 
     def finish(self) -> None:
@@ -918,10 +952,7 @@ def _read_model(section: _Reader | None) -> ModelGeometry | None:
 
 def _read_curve(curve: _Reader) -> MoeCurve:
     tp, points, seen = curve.count("tp"), [], set()
-    items = curve.items("points")
-    if len(items) < 2:
-        raise curve.error("points", f"has {len(items)} entries; expected at least 2")
-    for i, item in enumerate(items):
+    for i, item in enumerate(curve.items("points", fewest=2, most=MAX_ITEMS["points"])):
         point = curve.element(f"{curve.at('points')}[{i}]", item)
         m = point.count("m")
         if m in seen:
@@ -953,12 +984,9 @@ def _read_native_engine(native: _Reader) -> NativeEngine:
 def _read_stronger_drafter(sd: _Reader) -> StrongerDrafter:
     block, budget = sd.count("block"), sd.count("budget")
     accepts: list[float] = []
-    items = sd.items("accept")
-    if not items:
-        raise sd.error("accept", "has 0 entries; expected at least 1")
-    for i, value in enumerate(items):
+    for i, value in enumerate(sd.items("accept", most=MAX_ITEMS["accept"])):
         accepts.append(sd.accept(f"{sd.at('accept')}[{i}]", value, block, budget))
-        if accepts[-1] in accepts[:-1]:
+        if len(set(accepts)) < len(accepts):
             raise sd.error(f"accept[{i}]", f"{_describe(value)} appears twice; expected each accept length once")
     stronger = StrongerDrafter(block, budget, tuple(accepts), sd.number("attn_base_scale"), sd.number("spec_scale"))
     sd.finish()
@@ -976,9 +1004,11 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
     domains = section.domains or {}
     numbers = [path for path, domain in domains.items() if not domain.integer]
     ranges = []
-    for key in section.data:
-        if key in ("source", "note"):
-            continue
+    keys = [key for key in section.data if key not in ("source", "note")]
+    if len(keys) > MAX_RANGES:
+        message = f"has {len(keys)} ranges; expected at most {MAX_RANGES} (the band tries every combination of ends)"
+        raise CalibrationError(section.path, message)
+    for key in keys:
         if key not in numbers:
             hint = _unknown(key, numbers, "expected the key path of a number, e.g. native_engine.overhead_cut")
             raise section.error(key, f"not a number of the calibration ({hint})")
@@ -1055,35 +1085,72 @@ def _checked(cal: Calibration) -> Calibration:
 
 
 def read_document(path: str) -> tuple[object, str]:
-    """Read and decode a calibration file: (document, the first 12 hex digits of its SHA-256)."""
+    """Read and decode a calibration file: (document, the first 12 hex digits of its SHA-256).
+
+    Opened without blocking (a pipe with no writer reads as empty) and read only up to its size limit
+    (/dev/zero ends there). A key given twice in one object is an error naming its path.
+    """
     try:
-        with open(path, "rb") as stream:
-            raw = stream.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as stream:
+                raw = stream.read(MAX_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         raise CalibrationError("", "no such file; expected a calibration JSON file") from None
     except IsADirectoryError:
         raise CalibrationError("", "is a directory; expected a calibration JSON file") from None
     except OSError as exc:
         raise CalibrationError("", f"cannot be read ({exc.strerror}); expected a readable file") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise CalibrationError("", f"is larger than {MAX_FILE_BYTES >> 20} MiB; expected a calibration file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CalibrationError("", f"byte {exc.start} is not UTF-8; expected a UTF-8 JSON file") from None
     if not text.strip():
         raise CalibrationError("", "is empty; expected a JSON object")
+    twice: list[tuple[dict[str, object], str]] = []  # (the object, its key that came twice)
+
+    def object_of(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        obj = dict(pairs)
+        if len(obj) < len(pairs):
+            keys = [key for key, _ in pairs]
+            twice.append((obj, next(key for key in keys if keys.count(key) > 1)))
+        return obj
+
     try:
-        return json.loads(text), hashlib.sha256(raw).hexdigest()[:12]
+        doc = json.loads(text, object_pairs_hook=object_of)
     except json.JSONDecodeError as exc:
         raise CalibrationError(
             "", f"line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); expected a JSON object"
         ) from None
-    except (ValueError, RecursionError) as exc:  # an integer past Python's digit limit, say
+    except (ValueError, RecursionError) as exc:  # an integer past Python's digit limit, nesting past the stack
         raise CalibrationError("", f"cannot be decoded ({exc}); expected a JSON object") from None
+    if twice:
+        obj, key = twice[0]
+        where = next(format_path((*p, key)) for p, node in _objects(doc, ()) if node is obj)
+        raise CalibrationError(where, "appears twice in its object; expected each key once (the later one would win)")
+    return doc, hashlib.sha256(raw).hexdigest()[:12]
+
+
+def _objects(node: object, path: PathSegments) -> Iterator[tuple[PathSegments, object]]:
+    """Every object and list in a document, with its key path."""
+    yield path, node
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, child in children:
+        if isinstance(child, dict | list):
+            yield from _objects(child, (*path, key))
 
 
 def default_calibration_path() -> str:
     """The calibration.json beside this script, else the one `pip install .` put in <prefix>/share/estimate-b300."""
-    here = os.path.join(os.path.dirname(os.path.realpath(__file__)), "calibration.json")
+    try:
+        here = os.path.join(os.path.dirname(os.path.realpath(__file__)), "calibration.json")
+    except OSError:  # a working directory that no longer exists
+        here = os.path.join(os.path.dirname(__file__), "calibration.json")
     if os.path.exists(here):
         return here
     import site
@@ -1097,17 +1164,22 @@ def default_calibration_path() -> str:
 
 def display_name(path: str) -> str:
     """How a file is named in messages: relative to the working directory when below it."""
-    relative = os.path.relpath(path)
+    try:
+        relative = os.path.relpath(path)
+    except (OSError, ValueError):  # a working directory that no longer exists
+        return path
     return path if relative.startswith(os.pardir) else relative
 
 
 # --- Key paths: how --set, --sweep, --solve and `ranges` name a value ---
 
-PathSegments = tuple[str | int, ...]
-
 
 def parse_path(text: str) -> PathSegments:
     """Split a key path: 'moe_curve.points[1].ms' -> ('moe_curve', 'points', 1, 'ms')."""
+    if text.count(".") + text.count("[") >= MAX_PATH:
+        raise CalibrationError(
+            text[:60] + "...", f"a key path of more than {MAX_PATH} parts; expected one into the calibration"
+        )
     segments: list[str | int] = []
     for part in text.split("."):
         name, *indices = part.split("[")
@@ -1154,30 +1226,26 @@ def number_at(doc: object, segments: PathSegments) -> float:
     return float(node)
 
 
-def set_path(doc: object, segments: PathSegments, value: object) -> object:
+def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> object:
     """A copy of doc with the value at a key path replaced; only the objects along the path are copied.
 
     Missing object keys are created (validation then names any that are unknown); list indices must exist.
     """
-
-    def replace(node: object, i: int) -> object:
-        if i == len(segments):
-            return value
-        key, after = _descend(node, segments, i)
+    if i == len(segments):
+        return value
+    key, after = _descend(doc, segments, i)
+    if isinstance(key, int):
         where = format_path(segments[:after])
-        if isinstance(key, int):
-            if not isinstance(node, list):
-                raise CalibrationError(where, f"the value there is {_kind(node)}, not a list")
-            if key >= len(node):
-                raise CalibrationError(where, f"the list has {len(node)} entries; expected an index below {len(node)}")
-            return [*node[:key], replace(node[key], after), *node[key + 1 :]]
-        if node is None:
-            node = {}
-        if not isinstance(node, dict):
-            raise CalibrationError(format_path(segments[:i]), f"is {_kind(node)}, not an object with key {key!r}")
-        return {**node, key: replace(node.get(key), after)}
-
-    return replace(doc, 0)
+        if not isinstance(doc, list):
+            raise CalibrationError(where, f"the value there is {_kind(doc)}, not a list")
+        if key >= len(doc):
+            raise CalibrationError(where, f"the list has {len(doc)} entries; expected an index below {len(doc)}")
+        return [*doc[:key], set_path(doc[key], segments, value, after), *doc[key + 1 :]]
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise CalibrationError(format_path(segments[:i]), f"is {_kind(doc)}, not an object with key {key!r}")
+    return {**doc, key: set_path(doc.get(key), segments, value, after)}
 
 
 # === The analyses: overrides, sweeps, sensitivity, solving, warnings ===
@@ -1201,26 +1269,44 @@ class Override(NamedTuple):
 def parse_assignment(option: str, text: str) -> tuple[PathSegments, str]:
     """'KEY.PATH=VALUE' -> (segments, 'VALUE'); errors name the option."""
     key, sep, value = text.partition("=")
-    try:
+    with naming(option, text):
         if not sep or not key:
             raise CalibrationError("", "expected KEY.PATH=VALUE, e.g. native_engine.overhead_cut=0.3")
         return parse_path(key), value
+
+
+@contextlib.contextmanager
+def naming(option: str, text: str) -> Iterator[None]:
+    """A CalibrationError raised inside names the option at fault (a long one shortened)."""
+    try:
+        yield
     except CalibrationError as exc:
-        exc.file = f"{option} {text}"
+        exc.file = f"{option} {text if len(text) <= 80 else text[:77] + '...'}"
         raise
 
 
 def parse_value(text: str) -> object:
     """A --set value: JSON when it parses ('0.3', '[10,12]', 'true'), else the plain string ('B200')."""
+    too_deep = CalibrationError("", f"a value nested more than {MAX_NESTING} deep; expected a calibration value")
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError:
         return text
+    except RecursionError:
+        raise too_deep from None
+    level, depth = [value], 0
+    while level and depth <= MAX_NESTING:  # the depth of nested lists and objects, counted without recursion
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())]
+        depth += 1
+    if depth > MAX_NESTING:
+        raise too_deep
+    return value
 
 
 def parse_override(text: str) -> Override:
     path, value = parse_assignment("--set", text)
-    return Override(text, path, parse_value(value))
+    with naming("--set", text):
+        return Override(text, path, parse_value(value))
 
 
 class ScenarioSpec(NamedTuple):
@@ -1263,14 +1349,10 @@ def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str) -> Scenario:
         except CalibrationError as exc:
             exc.file = f"{option} {spec.drafter}/{spec.pipeline}@{spec.accept:g}"
             raise
-    dec = decompose(cal)
-    part = step(cal, dec, drafter, spec.pipeline, moe_time(cal, drafter.budget + 1, dec.bandwidth_ratio))
-    return scenario(dec, drafter, spec.pipeline, accept, part)
+    return drafter_on(cal, drafter, spec.pipeline, (accept,))[0]
 
 
 # --- Sweeps ---
-
-MAX_SWEEP_POINTS = 100_000  # 800,000 scenarios: plenty for a what-if
 
 
 class Sweep(NamedTuple):
@@ -1281,65 +1363,115 @@ class Sweep(NamedTuple):
 
 class SweepPoint(NamedTuple):
     values: tuple[tuple[str, object], ...]  # (key path, value) for each --sweep
+    calibration: Calibration
     scenarios: tuple[Scenario, ...]
 
 
 def parse_sweep(text: str) -> Sweep:
     """'PATH=V1,V2,...' (each value JSON, else a string) or 'PATH=START:STOP:STEP'.
 
-    A range gives START + i * STEP (computed, not accumulated) up to STOP, which is included
-    when a step lands on it within rounding; whole-number ends and step give whole numbers.
+    A range is computed in decimal on the numbers as written, so its values are exactly those
+    a person would write: START, START + STEP, ... up to STOP (included when a step lands on it).
 
-    >>> parse_sweep("stronger_drafter.budget=16:64:16").values
-    (16, 32, 48, 64)
+    >>> parse_sweep("a=0.2:0.6:0.1").values, parse_sweep("stronger_drafter.budget=16:64:16").values
+    ((0.2, 0.3, 0.4, 0.5, 0.6), (16, 32, 48, 64))
     """
     path, spec = parse_assignment("--sweep", text)
-    parts = spec.split(":")
-    if len(parts) == 3 and "," not in spec:
-        numbers = [n for n in map(parse_value, parts) if isinstance(n, int | float) and not isinstance(n, bool)]
-        if len(numbers) != 3 or not all(map(math.isfinite, numbers)):
-            raise CalibrationError("", "expected START:STOP:STEP with three finite numbers", file=f"--sweep {text}")
-        if not all(isinstance(n, int) for n in numbers):  # 16:64:16 keeps whole numbers whole (a budget, say)
-            numbers = [float(n) for n in numbers]
-        start, stop, step_size = numbers
-        if step_size == 0 or (stop - start) / step_size < 0:
-            raise CalibrationError(
-                "", f"a step of {step_size:g} never goes from {start:g} to {stop:g}", file=f"--sweep {text}"
-            )
-        count = math.floor((stop - start) / step_size + 1e-9) + 1
-        if count > MAX_SWEEP_POINTS:
-            raise CalibrationError(
-                "", f"{count:,} values; expected at most {MAX_SWEEP_POINTS:,}", file=f"--sweep {text}"
-            )
-        return Sweep(text, path, tuple(start + i * step_size for i in range(count)))
+    with naming("--sweep", text):
+        parts = spec.split(":")
+        values = _range(*parts) if len(parts) == 3 and "," not in spec else _list(spec)
+        if not values:
+            raise CalibrationError("", "expected V1,V2,... or START:STOP:STEP")
+        return Sweep(text, path, values)
+
+
+def _range(*parts: str) -> tuple[object, ...]:
+    import decimal
+
     try:
-        values = json.loads(f"[{spec}]")
-    except ValueError:
-        values = spec.split(",")
-    if not spec or not values:
-        raise CalibrationError("", "expected V1,V2,... or START:STOP:STEP", file=f"--sweep {text}")
-    return Sweep(text, path, tuple(values))
+        start, stop, step_size = ends = [decimal.Decimal(part) for part in parts]
+        if not all(end.is_finite() for end in ends):
+            raise decimal.InvalidOperation
+        steps = (stop - start) / step_size if step_size else decimal.Decimal(-1)
+    except decimal.DecimalException:
+        raise CalibrationError("", "expected START:STOP:STEP with three finite numbers") from None
+    if steps < 0:
+        raise CalibrationError("", f"a step of {parts[2]} never goes from {parts[0]} to {parts[1]}")
+    if steps + 1 > MAX_SWEEP_POINTS:
+        count = f"{int(steps) + 1:,}" if steps < 1e12 else f"about {steps:.2e}"
+        raise CalibrationError("", f"{count} values; expected at most {MAX_SWEEP_POINTS:,}")
+    try:
+        exact = [start + i * step_size for i in range(int(steps) + 1)]
+    except decimal.DecimalException:
+        raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
+    whole = all(part.strip().lstrip("+-").isdigit() for part in parts)  # 16:64:16 gives 16, not 16.0
+    return tuple(int(v) if whole else float(v) for v in exact)
 
 
-def run_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], file: str) -> tuple[SweepPoint, ...]:
-    """Every combination of the sweeps' values (the first sweep outermost), each estimated afresh."""
-    total = math.prod(len(s.values) for s in sweeps)
-    if total > MAX_SWEEP_POINTS:
+def _list(spec: str) -> tuple[object, ...]:
+    whole = parse_value(f"[{spec}]")
+    if isinstance(whole, list):
+        return tuple(whole)
+    items = spec.split(",")  # not JSON as a whole: each item on its own, a string if not JSON
+    if empty := [i for i, item in enumerate(items, 1) if not item.strip()]:
+        raise CalibrationError("", f"item {empty[0]} of {len(items)} is empty; expected a value between the commas")
+    return tuple(map(parse_value, items))
+
+
+class SweepPlan(NamedTuple):
+    """A sweep whose every point has been checked once; `points()` estimates them again, one at a time.
+
+    So a renderer reads a sweep of any size in flat memory, and a bad point is an error before any output.
+    """
+
+    sweeps: tuple[Sweep, ...]
+    doc: object
+    calibration: Calibration
+    label: str  # how errors name the calibration
+    size: int  # the number of points
+    warnings: tuple[str, ...] = ()  # over every point, each kind once with the number of points it holds at
+    extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
+
+    def points(self) -> Iterator[SweepPoint]:
+        return sweep_points(self)
+
+
+def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str) -> SweepPlan:
+    """Estimate every point once, so that a bad one is an error before anything is printed; gather warnings."""
+    count = math.prod(len(s.values) for s in sweeps)
+    if count > MAX_SWEEP_POINTS:
         raise CalibrationError(
-            "", f"the grid has {total:,} points; expected at most {MAX_SWEEP_POINTS:,}", file="--sweep"
+            "", f"the grid has {count:,} points; expected at most {MAX_SWEEP_POINTS:,}", file="--sweep"
         )
-    names = [format_path(s.path) for s in sweeps]
-    points = []
-    for combo in itertools.product(*(s.values for s in sweeps)):
+    plan = SweepPlan(tuple(sweeps), doc, cal, label, count)
+    seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
+    extrapolated: set[int] = set()
+    for point in sweep_points(plan):
+        for kind, message in physical_warnings(point.calibration, point.scenarios):
+            n, at, first = seen.get(kind, (0, _point_text(point.values), message))
+            seen[kind] = (n + 1, at, first)
+        extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
+    warnings = [f"at {n} of {count} sweep points (the first at {at}): {first}" for n, at, first in seen.values()]
+    return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)))
+
+
+def sweep_points(plan: SweepPlan) -> Iterator[SweepPoint]:
+    """Every combination of the sweeps' values, the first sweep outermost, estimated one at a time."""
+    names = [format_path(s.path) for s in plan.sweeps]
+    for combo in itertools.product(*(s.values for s in plan.sweeps)):
+        values = tuple(zip(names, combo, strict=True))
         try:
-            point = recalibrate(doc, cal, [(s.path, v) for s, v in zip(sweeps, combo, strict=True)])[1]
-            points.append(SweepPoint(tuple(zip(names, combo, strict=True)), scenarios(point, decompose(point))))
+            point = recalibrate(
+                plan.doc, plan.calibration, [(s.path, v) for s, v in zip(plan.sweeps, combo, strict=True)]
+            )[1]
+            yield SweepPoint(values, point, scenarios(point))
         except CalibrationError as exc:
-            exc.file = f"{file} at --sweep " + ", ".join(
-                f"{n}={json.dumps(v)}" for n, v in zip(names, combo, strict=True)
-            )
+            exc.file = f"{plan.label} at --sweep {_point_text(values)}"
             raise
-    return tuple(points)
+
+
+def _point_text(values: Iterable[tuple[str, object]]) -> str:
+    return ", ".join(f"{name}={_value_text(value)}" for name, value in values)
 
 
 # --- Sensitivity ---
@@ -1368,19 +1500,12 @@ class Sensitivity(NamedTuple):
     combinations: int
 
 
-MAX_BAND_RANGES = 16  # the band evaluates 2**n combinations
-
-
 def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec) -> Sensitivity:
     """A tornado (each range end alone, the others as in force) and the band over all combinations of ends."""
     base = scenario_for(cal, spec, "--scenario")
     if cal.ranges is None:
         raise CalibrationError("ranges", "missing; --sensitivity varies the assumptions listed there: expected a "
                                          "`ranges` section (the shipped calibration.json has one to copy)")  # fmt: skip
-    if len(cal.ranges) > MAX_BAND_RANGES:
-        raise CalibrationError(
-            "ranges", f"{len(cal.ranges)} ranges; expected at most {MAX_BAND_RANGES} (the band tries 2^n combinations)"
-        )
     paths = [parse_path(r.path) for r in cal.ranges]
 
     def tok_s(changes: list[Change]) -> float:
@@ -1437,46 +1562,47 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
         raise CalibrationError(key, message, file="--solve")
     domain, previous = cal.domains[key], number_at(doc, path)
     target = scenario_for(cal, spec, "--observed")
-    label, accept = target.label, target.accept
+    label, wanted_step = target.label, 1000.0 * target.accept / observed
 
-    def gap(value: float) -> float | None:
-        """Estimated minus observed tok/s at this value; None where the calibration is invalid there."""
+    def at(value: float) -> Scenario | None:
+        """The scenario with the assumption at this value; None where the calibration is invalid there."""
         try:
-            return scenario_for(recalibrate(doc, cal, [(path, value)])[1], spec, "--observed").tok_s - observed
+            return scenario_for(recalibrate(doc, cal, [(path, value)])[1], spec, "--observed")
         except CalibrationError:
             return None
 
-    span = (
-        domain.high - domain.low
-        if math.isfinite(domain.high)
-        else (previous - domain.low if previous > domain.low else 1.0)
-    )
-    probes = [domain.low + f * span for f in ((0.1, 0.5, 0.9) if math.isfinite(domain.high) else (0.5, 1.0, 2.0))]
-    gaps = [g for v in probes if (g := gap(v)) is not None]
-    if len(gaps) == 3:
-        (s0, s1, s2), (v0, v1, v2) = [1000.0 * accept / (g + observed) for g in gaps], probes  # the step times
+    def gap(value: float) -> float | None:
+        """Estimated over observed tok/s, less 1: relative, so that huge and tiny observations compare alike."""
+        row = at(value)
+        return None if row is None else row.tok_s / observed - 1
+
+    bounded = math.isfinite(domain.high)
+    span = domain.high - domain.low if bounded else (previous - domain.low if previous > domain.low else 1.0)
+    probes = [domain.low + f * span for f in ((0.1, 0.5, 0.9) if bounded else (0.5, 1.0, 2.0))]
+    rows = [row for v in probes if (row := at(v)) is not None]
+    if len(rows) == 3:  # tok/s = 1000 * accept / step, and most assumptions enter the step linearly
+        (s0, s1, s2), (v0, v1, v2) = [row.step_ms for row in rows], probes
         slope = (s1 - s0) / (v1 - v0)
-        if slope != 0 and abs(s0 + slope * (v2 - v0) - s2) <= 1e-9 * max(abs(s2), 1e-300):
-            value = v0 + (1000.0 * accept / observed - s0) / slope
+        if slope != 0 and abs(s0 + slope * (v2 - v0) - s2) <= 1e-9 * abs(s2):
+            value = v0 + (wanted_step - s0) / slope
             if value not in domain:
                 raise CalibrationError(
                     key, f"{label} reaches {observed:g} tok/s only at {value:.6g}, outside the values it may take "
                     f"({domain.describe()})", file="--solve",
                 )  # fmt: skip
-            if (g := gap(value)) is not None and abs(g) <= 1e-9 * observed:
+            if (g := gap(value)) is not None and abs(g) <= 1e-9:
                 return Solution(key, value, previous, observed, label, "closed form (the step is linear in it)", ())
 
-    if math.isfinite(domain.high):
+    if bounded:
         grid = [domain.low + span * i / 400 for i in range(401)]
     else:  # geometric, 2^-20 to 2^20 times the distance of the value in force from the domain's low end
         grid = [domain.low + span * 2.0 ** (k / 8) for k in range(-160, 161)]
-    roots, reached = crossings(gap, [v for v in grid if v in domain])
-    if reached and min(reached) == max(reached):
-        raise CalibrationError(
-            key, f"{label} does not depend on it (it stays at {reached[0] + observed:.6g} tok/s)", file="--solve"
-        )
+    tok_s = [row.tok_s for v in grid if v in domain and (row := at(v)) is not None]
+    if tok_s and max(tok_s) - min(tok_s) <= 1e-9 * max(tok_s):
+        raise CalibrationError(key, f"{label} does not depend on it (it stays at {tok_s[0]:.6g} tok/s)", file="--solve")
+    roots, _ = crossings(gap, [v for v in grid if v in domain])
     if not roots:
-        tried = f"{min(reached) + observed:.6g} to {max(reached) + observed:.6g} tok/s" if reached else "no valid value"
+        tried = f"{min(tok_s):.6g} to {max(tok_s):.6g} tok/s" if tok_s else "no valid value"
         raise CalibrationError(
             key, f"no value it may take ({domain.describe()}) brings {label} to {observed:g} tok/s; over the values "
             f"tried it gives {tried}", file="--solve",
@@ -1506,28 +1632,28 @@ def crossings(gap: Callable[[float], float | None], grid: list[float]) -> tuple[
 # --- Warnings: inputs that ask more than the hardware can give ---
 
 
-def physical_warnings(est: Estimate, sweep: Sequence[SweepPoint] | None) -> tuple[str, ...]:
-    """Inputs that ask for more than 100% of a GPU's memory bandwidth."""
-    ref, tgt = est.calibration.hardware.reference, est.calibration.hardware.target
-    warnings = [
-        f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB per GPU, which "
-        f"takes at least {p.peak_ms:.3g} ms at {ref.name}'s {ref.mem_bandwidth_tb_s:g} TB/s: {100 * p.efficiency:.1f}% "
-        "of peak bandwidth is impossible; check the time, the `model` geometry or hardware.reference.mem_bandwidth_tb_s"
-        for p in est.roofline or ()
-        if p.efficiency > 1
-    ]
-    seen = set()
-    for values, rows in [((), est.scenarios), *((p.values, p.scenarios) for p in sweep or ())]:
-        for row in rows:
-            if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms and row.label not in seen:
-                seen.add(row.label)
-                warnings.append(
-                    f"{row.label}{''.join(f' at {n}={_value_text(v)}' for n, v in values)}: the estimated step of "
-                    f"{row.step_ms:.3g} ms is shorter than reading the MoE weights alone ({row.moe_floor_ms:.3g} ms at "
-                    f"100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s); the inputs are inconsistent: check the "
-                    "curve, the bandwidths and the anchors"
-                )
-    return tuple(warnings)
+def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[str, str]]:
+    """Inputs that contradict themselves or ask more than the hardware can give: (kind, message) pairs."""
+    ref, tgt, points = cal.hardware.reference, cal.hardware.target, cal.moe_curve.points
+    found = [
+        ("curve order", f"moe_curve.points: the MoE time falls from {a.ms:g} ms at M = {a.m} to {b.ms:g} ms at "
+         f"M = {b.m}; a larger batch reads at least as many experts: check the times")
+        for a, b in itertools.pairwise(points) if b.ms < a.ms
+    ]  # fmt: skip
+    found += [
+        (f"peak {p.m}", f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB "
+         f"per GPU, which takes at least {p.peak_ms:.3g} ms at {ref.name}'s {ref.mem_bandwidth_tb_s:g} TB/s: "
+         f"{100 * p.efficiency:.1f}% of peak bandwidth is impossible; check the time, the `model` geometry or "
+         "hardware.reference.mem_bandwidth_tb_s")
+        for p in roofline(cal) or () if p.efficiency > 1
+    ]  # fmt: skip
+    found += [
+        (f"floor {row.label}", f"{row.label}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the "
+         f"MoE weights alone ({row.moe_floor_ms:.3g} ms at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s); "
+         "the inputs are inconsistent: check the curve, the bandwidths and the anchors")
+        for row in rows if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms
+    ]  # fmt: skip
+    return list(dict(found).items())  # each kind once
 
 
 # === One run: everything the options ask for, computed once ===
@@ -1558,8 +1684,8 @@ class Report(NamedTuple):
     estimate: Estimate
     solve: Solution | None
     sensitivity: Sensitivity | None
-    sweep: tuple[SweepPoint, ...] | None
-    warnings: tuple[str, ...]  # physically impossible inputs; printed on stderr, the exit status stays 0
+    sweep: SweepPlan | None
+    warnings: tuple[str, ...]  # inputs that contradict themselves; printed on stderr, the exit status stays 0
     document: object  # the calibration document in force (after --set and --solve), for its sources
 
 
@@ -1578,12 +1704,13 @@ def build_report(options: Options) -> Report:
             doc, cal = recalibrate(doc, cal, [(parse_path(options.solve), solution.value)])
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
-        sweep = run_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
+        sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
     except CalibrationError as exc:
         exc.file = exc.file or label
         raise
+    warnings = [message for _, message in physical_warnings(cal, est.scenarios)] + list(sweep.warnings if sweep else ())
     provenance = Provenance(file, digest, __version__, tuple(o.text for o in options.overrides))
-    return Report(provenance, est, solution, sens, sweep, physical_warnings(est, sweep), doc)
+    return Report(provenance, est, solution, sens, sweep, tuple(dict.fromkeys(warnings)), doc)
 
 
 # === Rendering: every renderer reads the report and formats it; none calls the model ===
@@ -1838,26 +1965,25 @@ def sensitivity_section(report: Report, tablefmt: str) -> Section:
 
 
 def sweep_section(report: Report, tablefmt: str) -> Section:
-    points = report.sweep or ()
-    first = points[0].scenarios if points else ()
-    groups = list(dict.fromkeys((row.drafter, row.pipeline) for row in first))
-    columns = [Column(name) for name, _ in (points[0].values if points else ())]
-    for drafter, pipeline in groups:
-        columns.append(Column(f"{drafter}/{pipeline} step ms", "s"))
-        columns += [
-            Column(f"{row.label} tok/s", ".0f") for row in first if (row.drafter, row.pipeline) == (drafter, pipeline)
-        ]
+    """A row per point: the swept values, then for each drafter and pipeline its step and its tok/s by accept."""
+    assert report.sweep is not None
+    columns = [Column(format_path(sweep.path)) for sweep in report.sweep.sweeps]
+    where: dict[str, int] = {}  # a column's header -> its place
     rows = []
-    for point in points:
-        cells: list[object] = [_value_text(v) for _, v in point.values]
-        for group in groups:
-            in_group = [row for row in point.scenarios if (row.drafter, row.pipeline) == group]
-            cells += [
-                f"{in_group[0].step_ms:.2f}" + ("*" if in_group[0].moe_extrapolated else ""),
-                *(r.tok_s for r in in_group),
-            ]
-        rows.append(cells)
-    return Section("Sweep", f"Sweep: {len(points)} points", table(rows, columns, tablefmt))
+    for point in report.sweep.points():
+        cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(point.values)}
+        for row in point.scenarios:
+            step_ms = f"{row.step_ms:.2f}" + ("*" if row.moe_extrapolated else "")
+            for header, fmt, value in (
+                (f"{row.drafter}/{row.pipeline} step ms", "s", step_ms),
+                (f"{row.label} tok/s", ".0f", row.tok_s),
+            ):
+                if header not in where:
+                    where[header] = len(columns)
+                    columns.append(Column(header, fmt))
+                cells[where[header]] = value
+        rows.append([cells.get(i) for i in range(len(columns))])
+    return Section("Sweep", f"Sweep: {report.sweep.size} points", table(rows, columns, tablefmt))
 
 
 def solve_section(report: Report, tablefmt: str) -> Section:
@@ -1889,7 +2015,6 @@ def sections(report: Report, tablefmt: str) -> list[Section]:
 def footnotes(report: Report) -> list[str]:
     cal, sens = report.estimate.calibration, report.sensitivity
     ms = [p.m for p in cal.moe_curve.points]
-    rows = [row for p in report.sweep or () for row in p.scenarios] or list(report.estimate.scenarios)
     notes = []
     if report.sweep is None:
         notes.append(f"vs AR: tok/s over the measured autoregressive {cal.anchors.ar_tok_s:g} tok/s.")
@@ -1898,7 +2023,11 @@ def footnotes(report: Report) -> list[str]:
             "accept length, (1 - a^(block+1)) / (1 - a) = accept (Leviathan et al., 2023); a tree verifies several "
             "candidates per depth, so it reaches the same accept length with a lower alpha."
         )
-    extrapolated = sorted({row.m for row in rows if row.moe_extrapolated})
+    extrapolated = (
+        report.sweep.extrapolated
+        if report.sweep
+        else sorted({r.m for r in report.estimate.scenarios if r.moe_extrapolated})
+    )
     if extrapolated:
         notes.append(
             f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve's "
@@ -1984,15 +2113,15 @@ class RenderOptions(NamedTuple):
     ascii_only: bool = False
 
 
-def render_tables(report: Report, how: RenderOptions) -> str:
+def render_tables(report: Report, how: RenderOptions) -> Iterable[str]:
     parts = [f"{_header_line(report)}\n{_title(report)}"]
     parts += [f"{s.title}\n{s.body}".rstrip("\n") for s in sections(report, how.tablefmt)]
     if how.chart_columns and report.sweep is None:
         parts.append(breakdown_chart(report.estimate.scenarios, how.chart_columns, how.ascii_only))
-    return "\n\n".join([*parts, "\n".join(footnotes(report))]) + "\n"
+    return ["\n\n".join([*parts, "\n".join(footnotes(report))]) + "\n"]
 
 
-def render_markdown(report: Report, how: RenderOptions) -> str:
+def render_markdown(report: Report, how: RenderOptions) -> Iterable[str]:
     """A document to paste into design notes: GitHub tables, a Mermaid chart, assumptions and notes."""
     parts = [f"_{_header_line(report)}_", f"## {_title(report)}"]
     for section in sections(report, "github"):
@@ -2007,7 +2136,7 @@ def render_markdown(report: Report, how: RenderOptions) -> str:
         "### Notes",
         "\n".join(f"- {note}" for note in notes),
     ]
-    return "\n\n".join(parts) + "\n"
+    return ["\n\n".join(parts) + "\n"]
 
 
 def _assumption_list(doc: object) -> str:
@@ -2093,11 +2222,6 @@ def report_json(report: Report) -> dict[str, object]:
             "rows": [row._asdict() for row in sens.rows],
             "band": {"tok_s_min": sens.tok_s_min, "tok_s_max": sens.tok_s_max, "combinations": sens.combinations},
         }
-    if report.sweep is not None:
-        document["sweep"] = [
-            {"values": dict(point.values), "scenarios": [_scenario_json(row) for row in point.scenarios]}
-            for point in report.sweep
-        ]
     return document
 
 
@@ -2105,12 +2229,19 @@ def _scenario_json(row: Scenario) -> dict[str, object]:
     return dict(zip(SCENARIO_FIELDS, row, strict=False))
 
 
-def render_json(report: Report, how: RenderOptions) -> str:
-    indent = None if report.sweep is not None else 2  # a sweep can hold 800,000 scenarios: compact
-    return json.dumps(report_json(report), indent=indent, allow_nan=False) + "\n"
+def render_json(report: Report, how: RenderOptions) -> Iterator[str]:
+    """One JSON object; a sweep's points (up to 800,000 scenarios) stream out compact, one at a time."""
+    if report.sweep is None:
+        yield json.dumps(report_json(report), indent=2) + "\n"
+        return
+    yield json.dumps(report_json(report))[:-1] + ', "sweep": ['
+    for i, point in enumerate(report.sweep.points()):
+        scenarios = [_scenario_json(row) for row in point.scenarios]
+        yield (", " if i else "") + json.dumps({"values": dict(point.values), "scenarios": scenarios})
+    yield "]}\n"
 
 
-def render_csv(report: Report, how: RenderOptions) -> str:
+def render_csv(report: Report, how: RenderOptions) -> Iterator[str]:
     """One row per scenario (per sweep point and scenario when sweeping) with provenance columns; nothing else."""
     import csv
     import io
@@ -2118,17 +2249,21 @@ def render_csv(report: Report, how: RenderOptions) -> str:
     prov = report.provenance
     provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides)]
     solved = ((report.solve.path, report.solve.value),) if report.solve else ()  # a column, as a swept value is
-    points = report.sweep if report.sweep is not None else (SweepPoint(solved, report.estimate.scenarios),)
+    single = [SweepPoint(solved, report.estimate.calibration, report.estimate.scenarios)]
+    points = report.sweep.points() if report.sweep else single
+    names = [format_path(s.path) for s in report.sweep.sweeps] if report.sweep else [name for name, _ in solved]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    swept = [name for name, _ in points[0].values] if points else []
-    writer.writerow([*swept, *SCENARIO_FIELDS, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
+    writer.writerow([*names, *SCENARIO_FIELDS, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
     for point in points:
         values = [_csv_cell(v) for _, v in point.values]
         writer.writerows(
             [*values, *map(_csv_cell, row[: len(SCENARIO_FIELDS)]), *provenance] for row in point.scenarios
         )
-    return out.getvalue()
+        yield out.getvalue()
+        out.seek(0)
+        out.truncate()
+    yield out.getvalue()
 
 
 def _csv_cell(value: object) -> object:
@@ -2138,7 +2273,7 @@ def _csv_cell(value: object) -> object:
     return json.dumps(value) if isinstance(value, (list, dict)) else "" if value is None else value
 
 
-def render_explain(report: Report, how: RenderOptions) -> str:
+def render_explain(report: Report, how: RenderOptions) -> Iterable[str]:
     """The derivation in the order it is computed: name = formula = numbers = result, one figure a line.
 
     Results are rounded as the tables round them, so every table figure can be found here and
@@ -2196,10 +2331,10 @@ def render_explain(report: Report, how: RenderOptions) -> str:
             f"  band over all {sens.combinations} combinations of range ends: "
             f"{sens.tok_s_min:.0f} to {sens.tok_s_max:.0f} tok/s"
         )
-    return "\n".join(out) + "\n"
+    return ["\n".join(out) + "\n"]
 
 
-RENDERERS: dict[str, Callable[[Report, RenderOptions], str]] = {
+RENDERERS: dict[str, Callable[[Report, RenderOptions], Iterable[str]]] = {
     "table": render_tables,
     "json": render_json,
     "markdown": render_markdown,
@@ -2210,29 +2345,33 @@ RENDERERS: dict[str, Callable[[Report, RenderOptions], str]] = {
 # === Command line ===
 
 EPILOG = """examples:
-  estimate_b300 --tablefmt github --no-chart
-  estimate_b300 --set native_engine.overhead_cut=0.3 --format json
-  estimate_b300 --sweep native_engine.overhead_cut=0.2:0.6:0.1 --format csv
-  estimate_b300 --sensitivity --scenario stronger/native@14
-  estimate_b300 --solve native_engine.overhead_cut --observed current/native=463
+  %(prog)s --tablefmt github --no-chart
+  %(prog)s --set native_engine.overhead_cut=0.3 --format json
+  %(prog)s --sweep native_engine.overhead_cut=0.2:0.6:0.1 --format csv
+  %(prog)s --sensitivity --scenario stronger/native@14
+  %(prog)s --solve native_engine.overhead_cut --observed current/native=463
 
 exit status: 0 estimated (warnings, if any, on stderr); 2 bad calibration, option or usage
-(one message on stderr, nothing on stdout); 1 internal error."""
+(one line on stderr, nothing on stdout); 1 the output could not be written, or an internal error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error raised as one line rather than printed with the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CalibrationError("", f"{message}; see --help", file="usage")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="estimate_b300", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+    parser = _Parser(
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG, add_help=False,
         description="Estimate Kimi K2.x + DDTree decode throughput on B300 from calibration.json.",
     )  # fmt: skip
     add = parser.add_argument
+    add("-h", "--help", action="store_true", help="show this help and exit")
+    add("--version", action="store_true", help="show the version and exit")
     add("--calibration", metavar="PATH", help="calibration JSON to read (default: the one shipped beside the tool)")
-    add(
-        "--format",
-        choices=RENDERERS,
-        default="table",
-        help="tables for a terminal, one JSON object, a Markdown document for notes, or CSV rows",
-    )
+    add("--format", choices=RENDERERS, default="table", help="tables, one JSON object, a Markdown document, or CSV")
     add("--tablefmt", default="simple", metavar="NAME", help="any tabulate format for the tables, e.g. github")
     show = parser.add_argument_group("showing the work").add_argument
     show("--explain", action="store_true", help="print the derivation, one figure a line, not the tables")
@@ -2244,51 +2383,59 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY.PATH=VALUE",
-        help="override one calibration value (VALUE is JSON, else a string); repeatable",
+        help="override one value (JSON, else a string); repeatable",
     )
     what_if(
         "--sweep",
         action="append",
         default=[],
         metavar="KEY.PATH=VALUES",
-        help="estimate at each of V1,V2,... or START:STOP:STEP; two sweeps make a grid",
+        help="estimate at each of V1,V2,... or START:STOP:STEP; two make a grid",
     )
     what_if(
         "--sensitivity",
         action="store_true",
-        help="swing each assumption across its range (calibration `ranges`) and show the combined band",
+        help="swing each assumption across its range (calibration `ranges`), and the band",
     )
     what_if(
         "--scenario",
         metavar="DRAFTER/PIPELINE[@ACCEPT]",
-        help="the scenario --sensitivity studies (default: stronger/native at its median accept)",
+        help="what --sensitivity studies (default: stronger/native, median accept)",
     )
     what_if("--solve", metavar="KEY.PATH", help="find the value of one assumption that matches --observed")
     what_if("--observed", metavar="SCENARIO=TOK_S", help="a measured throughput for --solve, e.g. current/native=463")
-    add("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
 
-def _check_usage(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    if bool(args.solve) != bool(args.observed):
-        parser.error("--solve and --observed go together")
-    if args.solve and args.sweep:
-        parser.error("--solve and --sweep cannot be combined: solve first, then --set the value and sweep")
-    if args.scenario and not args.sensitivity:
-        parser.error("--scenario chooses what --sensitivity studies; add --sensitivity")
-    if args.sensitivity and args.format == "csv":
-        parser.error("--format csv holds one row per scenario; --sensitivity needs table, json or markdown")
-    if args.explain and (args.format != "table" or args.sweep):
-        parser.error("--explain prints one estimate's derivation in place of the tables: no --sweep, --format table")
+def _check_usage(args: argparse.Namespace) -> None:
+    """Options that do not go together: a usage error, before anything is read."""
+    problems = [
+        (bool(args.solve) != bool(args.observed), "--solve and --observed go together"),
+        (args.solve and args.sweep, "--solve and --sweep cannot be combined: solve first, then --set the value and sweep"),
+        (args.scenario and not args.sensitivity, "--scenario chooses what --sensitivity studies; add --sensitivity"),
+        (args.sensitivity and args.format == "csv", "--format csv holds one row per scenario; --sensitivity needs table, json or markdown"),
+        (args.explain and (args.format != "table" or args.sweep), "--explain prints one estimate's derivation in place of the tables: no --sweep, --format table"),
+        (len(args.sweep) > MAX_SWEEPS, f"--sweep: {len(args.sweep)} given; expected at most {MAX_SWEEPS} (two make a grid)"),
+        (args.calibration == "", "--calibration: an empty path; expected a calibration file"),
+    ]  # fmt: skip
+    for wrong, message in problems:
+        if wrong:
+            raise CalibrationError("", message, file="usage")
     if args.format == "table" and not args.explain:
         import tabulate
 
         if args.tablefmt not in tabulate.tabulate_formats:
-            parser.error(
-                f"--tablefmt: unknown format {args.tablefmt!r}; choose from {', '.join(tabulate.tabulate_formats)}"
+            formats = ", ".join(tabulate.tabulate_formats)
+            raise CalibrationError(
+                "", f"--tablefmt: unknown format {printable(args.tablefmt)!r}; choose from {formats}", file="usage"
             )
-        if args.ascii and not tabulate.tabulate([["x"]], tablefmt=args.tablefmt).isascii():
-            parser.error(f"--ascii: --tablefmt {args.tablefmt} draws with Unicode; choose an ASCII format")
+        sample = tabulate.tabulate([["x"]], headers=["x"], tablefmt=args.tablefmt)
+        encoding = "ascii" if args.ascii else _stdout_encoding()
+        if not _encodes(sample, encoding):
+            raise CalibrationError(
+                "", f"--tablefmt {args.tablefmt} draws with characters that the output encoding ({encoding}) cannot "
+                "show; choose an ASCII format, e.g. simple or grid", file="usage",
+            )  # fmt: skip
 
 
 def parse_options(args: argparse.Namespace) -> Options:
@@ -2296,20 +2443,29 @@ def parse_options(args: argparse.Namespace) -> Options:
     observed = None
     if args.observed:
         label, sep, tok_s_text = args.observed.rpartition("=")
+        option = f"--observed {args.observed}"
         if not sep:
-            raise CalibrationError(
-                "", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"--observed {args.observed}"
-            )
+            raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463", file=option)
         spec, tok_s = ScenarioSpec.parse("--observed", label), parse_value(tok_s_text)
-        if isinstance(tok_s, bool) or not isinstance(tok_s, (int, float)) or not 0 < tok_s < math.inf:
-            raise CalibrationError(
-                "", f"{tok_s_text!r}: expected a positive throughput in tok/s", file=f"--observed {args.observed}"
-            )
+        if isinstance(tok_s, bool) or not isinstance(tok_s, int | float) or not 0 < tok_s < MAX_FIGURE:
+            message = f"got {_describe(tok_s)}; expected a positive throughput in tok/s, below {MAX_FIGURE:.0e}"
+            raise CalibrationError("", message, file=option)
         observed = (spec, float(tok_s))
+    sweeps = tuple(parse_sweep(text) for text in args.sweep)
+    if len({s.path for s in sweeps}) < len(sweeps):
+        raise CalibrationError(
+            "", f"{format_path(sweeps[0].path)} is swept twice; expected each key once", file="--sweep"
+        )
+    if args.solve:
+        try:
+            parse_path(args.solve)
+        except CalibrationError as exc:
+            exc.file = f"--solve {args.solve}"
+            raise
     return Options(
         calibration=args.calibration,
         overrides=tuple(parse_override(text) for text in args.set),
-        sweeps=tuple(parse_sweep(text) for text in args.sweep),
+        sweeps=sweeps,
         sensitivity=ScenarioSpec.parse("--scenario", args.scenario or "stronger/native") if args.sensitivity else None,
         solve=args.solve,
         observed=observed,
@@ -2317,39 +2473,101 @@ def parse_options(args: argparse.Namespace) -> Options:
 
 
 def chart_columns() -> int:
-    """$COLUMNS when it is set (60 at the least), else 80: the chart's width does not follow the terminal."""
+    """$COLUMNS as a width from 60 to 1,000 (a value out of range is clamped, one that is not a number ignored), else 80."""
     try:
-        return max(int(os.environ["COLUMNS"]), 60)
+        return min(max(int(os.environ["COLUMNS"]), 60), 1000)
     except (KeyError, ValueError):
         return 80
 
 
+# --- Writing: the output escaped for a terminal, failures of stdout and stderr handled ---
+
+
+def printable(text: str) -> str:
+    r"""Text with control characters and lone surrogates escaped, so nothing echoed can steer a terminal.
+
+    >>> printable("B300\x1b[31m\n\ud800")
+    'B300\\x1b[31m\\n\\ud800'
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode("ascii") for ch in text
+    )
+
+
+def printable_lines(text: str) -> str:
+    return "\n".join(map(printable, text.split("\n")))
+
+
+def _stdout_encoding() -> str:
+    return getattr(sys.stdout, "encoding", None) or "utf-8"
+
+
+def _encodes(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def say(line: str) -> None:
+    """One line on stderr; a stderr that cannot take it changes nothing else."""
+    try:
+        sys.stderr.write(printable(line) + "\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):  # closed, full, or gone
+        _silence(2)
+
+
+def emit(chunks: Iterable[str]) -> int:
+    """Write the output: 0 when written (or the reader left early), 1 when stdout cannot take it."""
+    try:
+        if sys.stdout is None:
+            raise OSError("stdout is closed")
+        for chunk in chunks:
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `estimate-b300 | head`: the reader left, which is not an error
+        _silence(1)
+        return 0
+    except (OSError, ValueError) as exc:
+        _silence(1)
+        say(f"estimate_b300: cannot write the output: {getattr(exc, 'strerror', None) or exc}")
+        return 1
+    return 0
+
+
+def _silence(fd: int) -> None:
+    """Point a failed stream at /dev/null, so that the interpreter's last flush of it cannot fail too."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    _check_usage(args, parser)
     try:
+        args = parser.parse_args(argv)
+        if args.help or args.version:
+            return emit([parser.format_help() if args.help else f"estimate_b300 {__version__}\n"])
+        _check_usage(args)
         report = build_report(parse_options(args))
     except CalibrationError as exc:
-        print(f"estimate_b300: {exc}", file=sys.stderr)
+        say(f"estimate_b300: {exc}")
         return 2
     for warning in report.warnings:
-        print(f"estimate_b300: warning: {warning}", file=sys.stderr)
-    try:
-        "".join(CHART_FILLS[False]).encode(sys.stdout.encoding or "ascii")
-        ascii_only = args.ascii
-    except (UnicodeEncodeError, LookupError):
-        ascii_only = True
+        say(f"estimate_b300: warning: {warning}")
+    ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), _stdout_encoding())
     how = RenderOptions(args.tablefmt, 0 if args.no_chart else chart_columns(), ascii_only)
-    output = (render_explain if args.explain else RENDERERS[args.format])(report, how)
-    if ascii_only:
-        output = output.encode("ascii", "replace").decode("ascii")  # names from the calibration, say
-    try:
-        sys.stdout.write(output)
-        sys.stdout.flush()
-    except BrokenPipeError:  # `estimate_b300.py | head`: the reader left, which is not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+    chunks = (render_explain if args.explain else RENDERERS[args.format])(report, how)
+    if args.format != "json":  # JSON escapes by itself; text and CSV cells are escaped here
+        chunks = map(printable_lines, chunks)
+    if ascii_only:  # a name from the calibration in Unicode: B300\xe9
+        chunks = (chunk.encode("ascii", "backslashreplace").decode("ascii") for chunk in chunks)
+    return emit(chunks)
 
 
 if __name__ == "__main__":

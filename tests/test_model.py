@@ -121,7 +121,7 @@ def test_hand_worked_case() -> None:
 )
 def test_curve_is_piecewise_linear(m: int, expected_ms: float, extrapolated: bool) -> None:
     cal = eb.parse_calibration(default_doc())
-    moe = eb.moe_time(cal, m, eb.bandwidth_ratio(cal))
+    moe = eb.moe_time(cal, m)
     assert moe.time.value == pytest.approx(expected_ms * 1.8 / 8, rel=1e-12)
     assert moe.extrapolated == extrapolated
 
@@ -130,8 +130,8 @@ def test_curve_extrapolates_below_the_first_point() -> None:
     doc = default_doc()
     doc["moe_curve"]["points"] = doc["moe_curve"]["points"][1:]
     cal = eb.parse_calibration(doc)
-    assert eb.curve_at(cal, 1).value == pytest.approx(8.85 - 8 * 0.65)
-    assert eb.moe_time(cal, 1, eb.bandwidth_ratio(cal)).extrapolated
+    assert eb.curve_at(cal.moe_curve, cal.model, 1).value == pytest.approx(8.85 - 8 * 0.65)
+    assert eb.moe_time(cal, 1).extrapolated
 
 
 # --- Properties --------------------------------------------------------------------------
@@ -155,9 +155,8 @@ def calibrations(draw: st.DrawFn) -> dict[str, object]:
     dd = doc["anchors"]["ddtree"]
     dd["accept"] = draw(st.floats(1.0, 9.0))
     cal = eb.parse_calibration(doc)
-    ratio = eb.bandwidth_ratio(cal)
-    moe_9 = eb.moe_time(cal, 9, ratio).time.value
-    attn_base = 1000 / doc["anchors"]["ar_tok_s"] - eb.moe_time(cal, 1, ratio).time.value
+    moe_9 = eb.moe_time(cal, 9).time.value
+    attn_base = 1000 / doc["anchors"]["ar_tok_s"] - eb.moe_time(cal, 1).time.value
     # SPEC >= 0 needs 1000 * accept / tok_s >= MoE(9) + ATTN_BASE
     dd["tok_s"] = 1000 * dd["accept"] / ((moe_9 + attn_base) * (1 + draw(st.floats(0.0, 2.0))))
     return doc

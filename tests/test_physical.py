@@ -200,7 +200,7 @@ def test_experts_fit_flattens_beyond_the_curve(capsys: pytest.CaptureFixture[str
     experts = eb.parse_calibration(doc)
 
     def moe(cal: eb.Calibration, m: int) -> eb.MoeTime:
-        return eb.moe_time(cal, m, eb.bandwidth_ratio(cal))
+        return eb.moe_time(cal, m)
 
     assert moe(experts, 65).time.value < 2 * moe(experts, 32).time.value
     assert moe(experts, 65).time.value < moe(linear, 65).time.value
