@@ -2359,7 +2359,11 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error raised as one line rather than printed with the usage block."""
 
     def error(self, message: str) -> NoReturn:
-        raise CalibrationError("", f"{message}; see --help", file="usage")
+        raise usage_error(message)
+
+
+def usage_error(message: str) -> CalibrationError:
+    return CalibrationError("", f"{message}; see --help", file="usage")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -2411,31 +2415,33 @@ def _check_usage(args: argparse.Namespace) -> None:
     """Options that do not go together: a usage error, before anything is read."""
     problems = [
         (bool(args.solve) != bool(args.observed), "--solve and --observed go together"),
-        (args.solve and args.sweep, "--solve and --sweep cannot be combined: solve first, then --set the value and sweep"),
+        (args.solve and args.sweep,
+         "--solve and --sweep cannot be combined: solve first, then --set the value and sweep"),
         (args.scenario and not args.sensitivity, "--scenario chooses what --sensitivity studies; add --sensitivity"),
-        (args.sensitivity and args.format == "csv", "--format csv holds one row per scenario; --sensitivity needs table, json or markdown"),
-        (args.explain and (args.format != "table" or args.sweep), "--explain prints one estimate's derivation in place of the tables: no --sweep, --format table"),
-        (len(args.sweep) > MAX_SWEEPS, f"--sweep: {len(args.sweep)} given; expected at most {MAX_SWEEPS} (two make a grid)"),
+        (args.sensitivity and args.format == "csv",
+         "--format csv holds one row per scenario; --sensitivity needs table, json or markdown"),
+        (args.explain and (args.format != "table" or args.sweep),
+         "--explain prints one estimate's derivation in place of the tables: no --sweep, --format table"),
+        (len(args.sweep) > MAX_SWEEPS,
+         f"--sweep: {len(args.sweep)} given; expected at most {MAX_SWEEPS} (two make a grid)"),
         (args.calibration == "", "--calibration: an empty path; expected a calibration file"),
     ]  # fmt: skip
     for wrong, message in problems:
         if wrong:
-            raise CalibrationError("", message, file="usage")
+            raise usage_error(message)
     if args.format == "table" and not args.explain:
         import tabulate
 
         if args.tablefmt not in tabulate.tabulate_formats:
             formats = ", ".join(tabulate.tabulate_formats)
-            raise CalibrationError(
-                "", f"--tablefmt: unknown format {printable(args.tablefmt)!r}; choose from {formats}", file="usage"
-            )
+            raise usage_error(f"--tablefmt: unknown format {args.tablefmt!r}; choose from {formats}")
         sample = tabulate.tabulate([["x"]], headers=["x"], tablefmt=args.tablefmt)
         encoding = "ascii" if args.ascii else _stdout_encoding()
         if not _encodes(sample, encoding):
-            raise CalibrationError(
-                "", f"--tablefmt {args.tablefmt} draws with characters that the output encoding ({encoding}) cannot "
-                "show; choose an ASCII format, e.g. simple or grid", file="usage",
-            )  # fmt: skip
+            raise usage_error(
+                f"--tablefmt {args.tablefmt} draws with characters that the output encoding ({encoding}) cannot "
+                "show; choose an ASCII format, e.g. simple or grid"
+            )
 
 
 def parse_options(args: argparse.Namespace) -> Options:
@@ -2473,7 +2479,7 @@ def parse_options(args: argparse.Namespace) -> Options:
 
 
 def chart_columns() -> int:
-    """$COLUMNS as a width from 60 to 1,000 (a value out of range is clamped, one that is not a number ignored), else 80."""
+    """$COLUMNS as a width from 60 to 1,000 (clamped when out of range, ignored when not a number), else 80."""
     try:
         return min(max(int(os.environ["COLUMNS"]), 60), 1000)
     except (KeyError, ValueError):
@@ -2541,10 +2547,8 @@ def emit(chunks: Iterable[str]) -> int:
 
 def _silence(fd: int) -> None:
     """Point a failed stream at /dev/null, so that the interpreter's last flush of it cannot fail too."""
-    try:
+    with contextlib.suppress(OSError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
-    except OSError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,361 @@
+"""Hostile input and huge runs: whatever the input, one line on stderr, the right exit status, no hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import (
+    DEFAULT_CALIBRATION,
+    ROOT,
+    SCRIPT,
+    Run,
+    assert_clean_error,
+    default_doc,
+    mutated,
+    run_main,
+    run_script,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import estimate_b300 as eb
+
+FUZZ = int(os.environ.get("FUZZ_EXAMPLES", "200"))
+
+
+def shell(command: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> Run:
+    """A command line through sh, for what Python's subprocess cannot arrange (closed streams, a deleted directory)."""
+    script = command.replace("TOOL", f"{sys.executable} {SCRIPT}")
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | (env or {})
+    proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, cwd=cwd, env=env, timeout=60)
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+# --- Usage errors: one line and a pointer to --help -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--formatt", "json"], "unrecognized arguments: --formatt json"),
+        (["--format", "yaml"], "argument --format: invalid choice: 'yaml'"),
+        (["--set"], "argument --set: expected one argument"),
+        (["--solve", "native_engine.overhead_cut"], "--solve and --observed go together"),
+        (["--sweep", "a=1", "--sweep", "b=1", "--sweep", "c=1"], "--sweep: 3 given; expected at most 2"),
+        (["--calibration", ""], "--calibration: an empty path"),
+    ],
+)
+def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:
+    run = run_main(capsys, *args)
+    assert_clean_error(run, "estimate_b300: usage: ", fragment, "see --help")
+
+
+def test_the_same_key_swept_twice(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.1,0.2", "--sweep", "native_engine.overhead_cut=0.3")
+    assert_clean_error(run, "native_engine.overhead_cut is swept twice")
+
+
+def test_help_names_the_command_as_invoked() -> None:
+    run = run_script("--help")
+    assert run.code == 0 and run.err == ""
+    assert run.out.startswith("usage: estimate_b300.py ")
+    assert "  estimate_b300.py --sweep native_engine.overhead_cut=0.2:0.6:0.1 --format csv" in run.out
+
+
+# --- Whatever the user typed comes back escaped ------------------------------------------------
+
+
+def test_control_characters_in_a_key_path_are_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--set", "native_engine.over\nhead\x1b[31m_cut=0.3")
+    assert_clean_error(run, "native_engine.over\\nhead\\x1b[31m_cut")
+    assert "\x1b" not in run.err
+
+
+@pytest.mark.parametrize("fmt", [["--format", "table"], ["--format", "markdown"], ["--explain"], ["--format", "csv"]])
+def test_a_gpu_name_cannot_steer_the_terminal(capsys: pytest.CaptureFixture[str], fmt: list[str]) -> None:
+    run = run_main(capsys, "--set", "hardware.target.name=B\x1b[31m300\u0007", *fmt)
+    assert run.code == 0, run.err
+    assert "\x1b" not in run.out and "\x07" not in run.out
+    if fmt != ["--format", "csv"]:
+        assert "B\\x1b[31m300\\x07" in run.out
+
+
+@pytest.mark.parametrize(
+    "fmt", [["--format", "table"], ["--format", "markdown"], ["--explain"], ["--format", "json"], ["--format", "csv"]]
+)
+def test_a_lone_surrogate_in_the_calibration(write_calibration: Any, fmt: list[str]) -> None:
+    """JSON may hold "\\ud800", which no encoder can write; every format shows it escaped."""
+    text = DEFAULT_CALIBRATION.read_text().replace('"name": "B300"', '"name": "B\\ud800300"')
+    run = run_script("--calibration", str(write_calibration(text)), *fmt)
+    assert run.code == 0, run.err
+    if fmt[-1] not in ("json", "csv"):  # they do not print the GPU's name
+        assert "\\ud800" in run.out
+
+
+# --- The output streams ------------------------------------------------------------------------
+
+
+def test_stdout_closed() -> None:
+    run = shell("TOOL >&-")
+    assert run.code == 1
+    assert run.err.count("\n") == 1 and run.err.startswith("estimate_b300: cannot write the output")
+
+
+def test_stdout_full() -> None:
+    run = shell("TOOL --format json > /dev/full")
+    assert run.code == 1 and run.err.count("\n") == 1 and "No space left on device" in run.err
+
+
+def test_a_reader_that_leaves_early() -> None:
+    run = shell("TOOL --sweep native_engine.overhead_cut=0:0.9:0.001 --format csv | head -1")
+    assert run.code == 0 and run.err == "" and run.out.startswith("native_engine.overhead_cut,drafter")
+
+
+@pytest.mark.parametrize("redirect", ["2>/dev/full", "2>&-"])
+def test_a_failing_stderr_changes_nothing_else(redirect: str) -> None:
+    good = shell(f"TOOL --format json {redirect}")
+    assert good.code == 0 and json.loads(good.out)
+    bad = shell(f"TOOL --set native_engine.overhead_cut=2 {redirect}")
+    assert bad.code == 2 and bad.out == ""
+    warned = shell(f"TOOL --set moe_curve.points[1].ms=3 --format json {redirect}")
+    assert warned.code == 0 and json.loads(warned.out)["warnings"]
+
+
+def test_an_output_encoding_that_cannot_draw_the_table_format() -> None:
+    run = run_script("--tablefmt", "fancy_grid", env={"PYTHONIOENCODING": "ascii"})
+    assert_clean_error(run, "--tablefmt fancy_grid draws with characters", "(ascii)")
+    plain = run_script(env={"PYTHONIOENCODING": "ascii"})
+    assert plain.code == 0 and plain.out.isascii() and "?" not in plain.out
+
+
+@pytest.mark.parametrize("columns", ["99999999999999999999999", "1000000000", "-5", "wide", ""])
+def test_any_columns_is_clamped_or_ignored(columns: str) -> None:
+    run = run_script(env={"COLUMNS": columns})
+    assert run.code == 0 and run.err == ""
+    assert max(map(len, run.out.splitlines())) <= 1000
+
+
+def test_bytes_in_the_environment_that_are_not_utf8() -> None:
+    env = {k.encode(): v.encode() for k, v in os.environ.items() if k != "COLUMNS"} | {b"COLUMNS": b"\xff\xfe"}
+    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, env=env, cwd=ROOT, timeout=60)  # type: ignore[arg-type]
+    assert proc.returncode == 0 and proc.stderr == b""
+
+
+def test_a_working_directory_that_was_deleted(tmp_path: Path) -> None:
+    run = shell("mkdir gone && cd gone && rmdir ../gone && TOOL --format json", cwd=tmp_path)
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["provenance"]["calibration_file"] == str(DEFAULT_CALIBRATION)
+
+
+# --- Files ---------------------------------------------------------------------------------------
+
+
+def test_an_endless_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert_clean_error(run_main(capsys, "--calibration", "/dev/zero"), "/dev/zero: is larger than 4 MiB")
+
+
+def test_a_pipe_with_no_writer_reads_as_empty(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fifo = tmp_path / "cal.fifo"
+    os.mkfifo(fifo)
+    assert_clean_error(run_main(capsys, "--calibration", str(fifo)), "is empty")
+
+
+def test_a_key_given_twice(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
+    text = DEFAULT_CALIBRATION.read_text().replace('"overhead_cut": 0.4,', '"overhead_cut": 0.4, "overhead_cut": 0.3,')
+    run = run_main(capsys, "--calibration", str(write_calibration(text)))
+    assert_clean_error(run, "native_engine.overhead_cut: appears twice in its object")
+
+
+def _many_ranges(doc: dict[str, Any]) -> None:
+    extra = {f"moe_curve.points[{i}].ms": {"relative": 0.1, "source": "x"} for i in range(3)}
+    extra |= {f"stronger_drafter.accept[{i}]": {"relative": 0.01, "source": "x"} for i in range(2)}
+    doc["ranges"].update(extra)
+
+
+LONG_LISTS = [
+    (lambda d: d["moe_curve"].update(points=[{"m": i, "ms": float(i)} for i in range(1, 1002)]), "has 1,001 entries"),
+    (lambda d: d["stronger_drafter"].update(accept=[1 + i / 10 for i in range(65)]), "accept: has 65 entries"),
+    (_many_ranges, "ranges: has 11 ranges; expected at most 10"),
+]
+
+
+@pytest.mark.parametrize(("edit", "fragment"), LONG_LISTS)
+def test_lists_have_a_limit(
+    capsys: pytest.CaptureFixture[str], write_calibration: Any, edit: Any, fragment: str
+) -> None:
+    assert_clean_error(run_main(capsys, "--calibration", str(write_calibration(mutated(edit)))), fragment)
+
+
+# --- Values ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--sweep", "native_engine.overhead_cut=0:0.9:5e-324"], "about 1.80e+323 values; expected at most 100,000"),
+        (["--sweep", "native_engine.overhead_cut=0:" + "9" * 400 + ":1"], "values; expected at most 100,000"),
+        (
+            ["--solve", "native_engine.overhead_cut", "--observed", "current/native=" + "9" * 400],
+            "got an integer of 400 digits",
+        ),
+        (["--sweep", "native_engine.overhead_cut=0.1,0.2,"], "item 3 of 3 is empty"),
+        (["--sweep", "native_engine.overhead_cut=0.1,,0.2"], "item 2 of 3 is empty"),
+        (["--set", "x=" + "[" * 1000 + "]" * 1000], "a value nested more than 32 deep"),
+        (["--set", ".".join(["a"] * 1000) + "=1"], "a key path of more than 16 parts"),
+        (["--sweep", "ranges.anchors.ar_tok_s.relative=0.01,2"], "ranges.anchors.ar_tok_s.relative: got 2"),
+        (["--solve", "a..b", "--observed", "current/native=463"], "--solve a..b: a..b: expected a key path"),
+        (["--solve", "stronger_drafter.spec_scale", "--observed", "current/native=463"], "does not depend on it"),
+    ],
+)
+def test_values_that_break_arithmetic(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:
+    start = time.perf_counter()
+    assert_clean_error(run_main(capsys, *args), fragment)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_a_figure_past_any_sensible_size_names_its_inputs(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--set", "stronger_drafter.spec_scale=1e300")
+    assert_clean_error(
+        run, "SPEC part: kept * spec_scale * SPEC with", "spec_scale = 1e+300 (stronger_drafter.spec_scale)"
+    )
+
+
+def test_tiny_inputs_print_at_a_bounded_width(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(
+        capsys, "--set", "stronger_drafter.spec_scale=1e-300", "--set", "stronger_drafter.attn_base_scale=1e-300"
+    )
+    assert run.code == 0, run.err
+    assert not re.search(r"\d[\d.,]{24}", run.out)  # no figure printed with dozens of digits
+
+
+def test_an_extreme_block_is_quick() -> None:
+    start = time.perf_counter()
+    run = run_script(
+        "--set", "stronger_drafter.block=1000000", "--set", "stronger_drafter.budget=1000000", "--format", "json"
+    )
+    assert run.code == 0, run.err
+    assert time.perf_counter() - start < 3.0  # the start-up of a fresh interpreter included
+
+
+# --- Nothing absurd without a word -------------------------------------------------------------
+
+
+def test_a_curve_that_falls_with_m_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--set", "moe_curve.points[2].ms=8", "--format", "json")
+    assert run.code == 0
+    assert run.err.startswith("estimate_b300: warning: moe_curve.points: the MoE time falls from 8.85 ms at M = 9")
+
+
+def test_sweeps_warn_as_set_does_once_per_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    """At cut 0.99 the native step (MoE(33) = 1.04 ms plus 1% of the overhead) drops below the 4.47 ms floor."""
+    args = [
+        "--set",
+        "moe_curve.points[2].ms=4",
+        "--sweep",
+        "native_engine.overhead_cut=0.1,0.98,0.99",
+        "--format",
+        "csv",
+    ]
+    run = run_main(capsys, *args)
+    assert run.code == 0 and run.out
+    floors = [line for line in run.err.splitlines() if "stronger/native@12: the estimated step" in line]
+    assert len(floors) == 1
+    assert "at 2 of 3 sweep points (the first at native_engine.overhead_cut=0.98)" in floors[0]
+
+
+# --- A fuzz of the whole command line ------------------------------------------------------------
+
+_KEYS = [
+    *("native_engine.overhead_cut", "anchors.ar_tok_s", "stronger_drafter.accept", "hardware.target.name"),
+    *("moe_curve.points[1].ms", "ranges.anchors.ar_tok_s.relative", "stronger_drafter.block", "model.layers"),
+]
+_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12) | st.sampled_from(
+    ["\n", "\x1b[2J", "\ud800", "1e400", "-0", "NaN", "[[[[", "{}", ",", ":", "::", "1:2:0", "0:1:1e-300", "@", "="]
+)  # fmt: skip
+_numbers = st.one_of(
+    st.integers(-(10**30), 10**30), st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e-300, 5e-324])
+).map(lambda v: json.dumps(v) if not isinstance(v, float) or v == v else "NaN")
+
+
+@st.composite
+def command_lines(draw: st.DrawFn) -> list[str]:
+    value = st.one_of(_text, _numbers, st.lists(_numbers, max_size=3).map(",".join))
+    key = st.sampled_from(_KEYS) | _text
+    options = st.one_of(
+        st.tuples(st.just("--set"), st.builds(lambda k, v: f"{k}={v}", key, value)),
+        st.tuples(st.just("--sweep"), st.builds(lambda k, v: f"{k}={v}", key, value)),
+        st.tuples(st.just("--format"), st.sampled_from(["table", "json", "markdown", "csv", "xml"])),
+        st.tuples(st.just("--tablefmt"), st.sampled_from(["simple", "github", "fancy_grid", "nope"])),
+        st.tuples(st.just("--scenario"), _text | st.sampled_from(["stronger/native@14", "current/sglang@99"])),
+        st.tuples(st.just("--solve"), key),
+        st.tuples(st.just("--observed"), _text | st.builds(lambda v: f"current/native={v}", _numbers)),
+        st.tuples(st.sampled_from(["--sensitivity", "--explain", "--no-chart", "--ascii"])),
+        st.tuples(
+            st.just("--calibration"), st.sampled_from(["", "/dev/null", "/nonexistent", str(DEFAULT_CALIBRATION)])
+        ),
+        st.tuples(_text),
+    )
+    return [part for option in draw(st.lists(options, max_size=4)) for part in option]
+
+
+@settings(max_examples=FUZZ, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command_lines())
+def test_fuzzed_command_lines_succeed_or_fail_cleanly(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    start = time.perf_counter()
+    run = run_main(capsys, *argv)
+    assert time.perf_counter() - start < 5.0, argv
+    assert "Traceback" not in run.err
+    assert "\x1b" not in run.out + run.err and not re.search("[\ud800-\udfff]", run.out + run.err)
+    if run.code == 0:
+        assert run.out
+        assert all(line.startswith("estimate_b300: warning: ") for line in run.err.splitlines())
+    else:
+        assert_clean_error(run)
+
+
+@settings(max_examples=max(FUZZ // 10, 10), deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "COLUMNS": _text | _numbers,
+            "PYTHONIOENCODING": st.sampled_from(
+                ["ascii", "latin-1", "utf-8", "utf-16", "cp1252"]
+            ),  # Python needs a codec
+            "LANG": _text,
+            "TERM": _text,
+        },
+    )
+)
+def test_fuzzed_environments(env: dict[str, str]) -> None:
+    env = {k: "".join(c for c in v if c != "\x00" and not 0xD800 <= ord(c) <= 0xDFFF) for k, v in env.items()}
+    run = run_script("--format", "markdown", env=env)
+    assert "Traceback" not in run.err
+    assert run.code in (0, 2), run.err
+    if run.code == 2:
+        assert run.err.count("\n") == 1
+
+
+def test_identical_inputs_give_valid_json_for_every_sweep_size(capsys: pytest.CaptureFixture[str]) -> None:
+    """The streamed JSON of a sweep is one valid document, whatever its size."""
+    for sweep in ("native_engine.overhead_cut=0.4", "native_engine.overhead_cut=0:0.9:0.01"):
+        doc = run_main(capsys, "--sweep", sweep, "--format", "json").json()
+        assert doc["sweep"] and doc["scenarios"] == default_scenarios(capsys)
+
+
+def default_scenarios(capsys: pytest.CaptureFixture[str]) -> Any:
+    return run_main(capsys, "--format", "json").json()["scenarios"]
+
+
+def test_the_default_document_is_not_changed_by_a_sweep() -> None:
+    doc = default_doc()
+    plan = eb.plan_sweep(doc, eb.parse_calibration(doc), [eb.parse_sweep("native_engine.overhead_cut=0.1,0.2")], "x")
+    assert plan.size == 2 and doc == default_doc()
