@@ -50,10 +50,12 @@ import hashlib
 import itertools
 import json
 import math
+import operator
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 __version__ = "1.0.0"
 
@@ -142,10 +144,16 @@ class DdtreeAnchor(NamedTuple):
 class Anchors(NamedTuple):
     ar_tok_s: float
     ddtree: DdtreeAnchor
+    measured_on: str | None  # the GPU the anchors were measured on, when the file says
 
 
 class NativeEngine(NamedTuple):
     overhead_cut: float  # the share of the non-MoE time the native engine removes
+
+
+class SglangPipeline(NamedTuple):
+    max_budget: int  # the largest tree budget SGLang can verify on the target
+    reason: str  # why: the source of max_budget
 
 
 class StrongerDrafter(NamedTuple):
@@ -201,6 +209,7 @@ class Calibration(NamedTuple):
     moe_curve: MoeCurve
     anchors: Anchors
     native_engine: NativeEngine
+    sglang: SglangPipeline | None  # None: no `sglang` section, so SGLang runs any tree
     stronger_drafter: StrongerDrafter
     ranges: tuple[Range, ...] | None  # None: no `ranges` section, so no --sensitivity
     domains: dict[str, Domain]  # every number read, by key path: what --solve and ranges may vary
@@ -501,6 +510,9 @@ class Scenario(NamedTuple):
     measured: bool  # the scenario is a measurement (the DDTree anchor), not an estimate
     moe_floor_ms: float | None  # the MoE weight read at 100% of the target's bandwidth (needs `model`)
     tok_s_ceiling: float | None  # 1000 * accept / moe_floor_ms: nothing but that read left
+    vs_today: float  # tok/s over today's measured throughput, the DDTree anchor's
+    runnable: bool  # False: the pipeline cannot run this drafter's tree
+    not_runnable_reason: str | None
     figures: dict[str, Figure]  # the derivation of the numbers above, by name
 
     @property
@@ -511,15 +523,17 @@ class Scenario(NamedTuple):
 SCENARIO_FIELDS = Scenario._fields[:-1]  # what JSON and CSV print of a scenario: all but its derivation
 
 
-def scenario(dec: Decomposition, drafter: Drafter, pipeline: str, accept: Figure, part: Step) -> Scenario:
-    """Throughput at one accept length: the default stronger drafter natively at 14 gives 1000 * 14 / 14.731."""
+def scenario(
+    dec: Decomposition, drafter: Drafter, pipeline: str, accept: Figure, part: Step, limit: str | None
+) -> Scenario:
+    """Throughput at one accept length: the default stronger drafter natively at 14 gives 1000 * 14 / 14.731.
+
+    `limit` says why the pipeline cannot run this drafter's tree, or is None when it can.
+    """
     moe, step_ = part.moe, part.step
     tok_s = derive("tok/s", "1000 * accept / step", "tok/s", accept, step_)
-    figures = [
-        tok_s,
-        derive("vs AR", "tok/s / ar_tok_s", "x", tok_s, dec.ar_tok_s),
-        chain_alpha(accept.value, drafter.block),
-    ]
+    today = dec.ddtree_tok_s._replace(name="today")  # the throughput measured today: the DDTree anchor
+    figures = [tok_s, derive("x today", "tok/s / today", "x", tok_s, today), chain_alpha(accept.value, drafter.block)]
     if moe.floor:
         ceiling = derive("ceiling", "1000 * accept / MoE floor", "tok/s", accept, moe.floor)
         figures += [ceiling, derive("of ceiling", "tok/s / ceiling", "%", tok_s, ceiling)]
@@ -528,7 +542,7 @@ def scenario(dec: Decomposition, drafter: Drafter, pipeline: str, accept: Figure
         drafter.name, pipeline, drafter.block, drafter.budget, moe.m, accept.value, named["chain alpha"].value,
         moe.time.value, part.attn_base.value, part.spec.value, step_.value, tok_s.value, moe.extrapolated,
         drafter.name == "current" and pipeline == "sglang", moe.floor.value if moe.floor else None,
-        named["ceiling"].value if moe.floor else None, named,
+        named["ceiling"].value if moe.floor else None, named["x today"].value, limit is None, limit, named,
     )  # fmt: skip
 
 
@@ -544,18 +558,27 @@ def scenarios(cal: Calibration) -> tuple[Scenario, ...]:
 def drafter_on(cal: Calibration, drafter: Drafter, pipeline: str, accepts: tuple[Figure, ...]) -> tuple[Scenario, ...]:
     """One drafter on one pipeline at some accept lengths."""
     engine = cal.native_engine if pipeline == "native" else None
-    return _drafter_on(cal.hardware, cal.model, cal.moe_curve, cal.anchors, drafter, engine, pipeline, accepts)
+    limit = cannot_run(cal.sglang, drafter) if pipeline == "sglang" else None
+    return _drafter_on(cal.hardware, cal.model, cal.moe_curve, cal.anchors, drafter, engine, pipeline, accepts, limit)
+
+
+def cannot_run(sglang: SglangPipeline | None, drafter: Drafter) -> str | None:
+    """Why SGLang cannot run a drafter's tree, or None when it can (or the calibration sets no limit)."""
+    if sglang is None or drafter.budget <= sglang.max_budget:
+        return None
+    why = f": {sglang.reason}" if sglang.reason else ""
+    return f"SGLang cannot verify a budget above {sglang.max_budget}{why}"
 
 
 # A sweep computes a drafter's scenarios on a pipeline again only when a section they read has changed.
 @functools.lru_cache(maxsize=256)
 def _drafter_on(
     hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, anchors: Anchors, drafter: Drafter,
-    engine: NativeEngine | None, pipeline: str, accepts: tuple[Figure, ...],
+    engine: NativeEngine | None, pipeline: str, accepts: tuple[Figure, ...], limit: str | None,
 ) -> tuple[Scenario, ...]:  # fmt: skip
     dec = _decompose(hardware, model, curve, anchors)
     part = step(dec, drafter, kept(engine), _moe_time(hardware, model, curve, drafter.budget + 1))
-    return tuple(scenario(dec, drafter, pipeline, accept, part) for accept in accepts)
+    return tuple(scenario(dec, drafter, pipeline, accept, part, limit) for accept in accepts)
 
 
 def derivation(*figures: Figure, found: dict[int, Figure] | None = None) -> list[Figure]:
@@ -815,14 +838,14 @@ def _number(value: object, path: str, domain: Domain = POSITIVE) -> float:
 
 
 def _accept(value: object, path: str, block: int, budget: int) -> float:
-    """A mean accept length: at least 1, at most budget + 1 and block + 1."""
+    """A mean accept length: at least 1, at most the smaller of block + 1 (the tree's depth) and budget + 1."""
     accept = _number(value, path, Domain(1.0, low_open=False))
-    for limit, what in ((budget + 1, "the verify batch budget+1"), (block + 1, "the tree depth block+1")):
-        if accept > limit:
-            bound = what.rpartition(" ")[2]
-            raise CalibrationError(
-                path, f"{_describe(value)} exceeds {what} = {limit}; expected an accept length of at most {bound}"
-            )
+    limit, bound = accept_limit(block, budget)
+    if accept > limit:
+        raise CalibrationError(
+            path, f"{_describe(value)} exceeds the tree's limit {bound} (the smaller of block+1 and budget+1); "
+            f"expected an accept length of at most {limit}",
+        )  # fmt: skip
     return accept
 
 
@@ -971,8 +994,21 @@ def _read_anchors(anchors: _Reader) -> Anchors:
     accept = dd.accept(dd.at("accept"), dd.raw("accept", "a number >= 1"), block, budget)
     ddtree = DdtreeAnchor(block, budget, accept, dd.number("tok_s"))
     dd.finish()
+    measured_on = anchors.raw("measured_on", "a GPU's name", None)
+    if measured_on is not None and not isinstance(measured_on, str):
+        raise anchors.error("measured_on", f"got {_describe(measured_on)}; expected a GPU's name")
     anchors.finish()
-    return Anchors(ar_tok_s, ddtree)
+    return Anchors(ar_tok_s, ddtree, measured_on)
+
+
+def _read_sglang(section: _Reader | None) -> SglangPipeline | None:
+    """The optional `sglang` section: the largest budget the SGLang pipeline can verify, and why."""
+    if section is None:
+        return None
+    reason = section.data.get("max_budget_source", section.data.get("source", ""))
+    pipeline = SglangPipeline(section.count("max_budget"), reason if isinstance(reason, str) else "")
+    section.finish()
+    return pipeline
 
 
 def _read_native_engine(native: _Reader) -> NativeEngine:
@@ -1041,8 +1077,12 @@ SECTIONS: dict[str, Callable[[_Reader], object]] = {
     "native_engine": _read_native_engine,
     "stronger_drafter": _read_stronger_drafter,
 }
-OPTIONAL_SECTIONS: dict[str, Callable[[_Reader | None], object]] = {"model": _read_model, "ranges": _read_ranges}
-SECTION_ORDER = ("hardware", "model", "moe_curve", "anchors", "native_engine", "stronger_drafter", "ranges")
+OPTIONAL_SECTIONS: dict[str, Callable[[_Reader | None], object]] = {
+    "model": _read_model,
+    "sglang": _read_sglang,
+    "ranges": _read_ranges,
+}
+SECTION_ORDER = ("hardware", "model", "moe_curve", "anchors", "native_engine", "sglang", "stronger_drafter", "ranges")
 
 
 def parse_calibration(data: object) -> Calibration:
@@ -1216,14 +1256,24 @@ def _descend(node: object, segments: PathSegments, i: int) -> tuple[str | int, i
     return segments[i], i + 1
 
 
-def number_at(doc: object, segments: PathSegments) -> float:
-    """The number at a key path of a document whose numbers were validated."""
+def get_path(doc: object, segments: PathSegments) -> object:
+    """The value at a key path; CalibrationError when there is none."""
     node, i = doc, 0
     while i < len(segments):
         key, i = _descend(node, segments, i)
-        node = node[key]  # type: ignore[index]
-    assert isinstance(node, (int, float)), f"{format_path(segments)} is not a number"
-    return float(node)
+        in_list = isinstance(node, list) and isinstance(key, int) and key < len(node)
+        if in_list or (isinstance(node, dict) and key in node):
+            node = node[key]  # type: ignore[index]
+        else:
+            raise CalibrationError(format_path(segments), "no such key in the calibration")
+    return node
+
+
+def number_at(doc: object, segments: PathSegments) -> float:
+    """The number at a key path of a document whose numbers were validated."""
+    value = get_path(doc, segments)
+    assert isinstance(value, (int, float)), f"{format_path(segments)} is not a number"
+    return float(value)
 
 
 def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> object:
@@ -1500,15 +1550,21 @@ class Sensitivity(NamedTuple):
     combinations: int
 
 
-def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec) -> Sensitivity:
-    """A tornado (each range end alone, the others as in force) and the band over all combinations of ends."""
+def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner: bool = True) -> Sensitivity:
+    """A tornado (each range end alone, the others as in force) and the band over combinations of range ends.
+
+    The band takes every combination of ends; with every_corner=False only the two where each assumption
+    sits at the end that moves the estimate the same way, which is the whole band wherever the estimate is
+    monotonic in each assumption across its range (as it is for the shipped calibration: a test checks).
+    """
     base = scenario_for(cal, spec, "--scenario")
     if cal.ranges is None:
         raise CalibrationError("ranges", "missing; --sensitivity varies the assumptions listed there: expected a "
                                          "`ranges` section (the shipped calibration.json has one to copy)")  # fmt: skip
     paths = [parse_path(r.path) for r in cal.ranges]
 
-    def tok_s(changes: list[Change]) -> float:
+    def tok_s(changes: Iterable[Change]) -> float:
+        changes = list(changes)
         try:
             return scenario_for(recalibrate(doc, cal, changes)[1], spec, "--scenario").tok_s
         except CalibrationError as exc:
@@ -1521,9 +1577,12 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec) -> Sensitivit
         SensitivityRow(r.path, r.low, r.high, tok_s([(p, r.low)]), tok_s([(p, r.high)]), number_at(doc, p), r.source)
         for r, p in zip(cal.ranges, paths, strict=True)
     ]
-    band = [
-        tok_s(list(zip(paths, ends, strict=True))) for ends in itertools.product(*((r.low, r.high) for r in cal.ranges))
-    ]
+    ends = [(r.low, r.high) for r in cal.ranges]
+    corners: list[Sequence[float]] = list(itertools.product(*ends))
+    if not every_corner:  # the ends that raise the estimate, and those that lower it
+        up = [row.tok_s_at_high >= row.tok_s_at_low for row in rows]
+        corners = [[end[u] for end, u in zip(ends, up, strict=True)] for up in (up, [not u for u in up])]
+    band = [tok_s(zip(paths, ends, strict=True)) for ends in corners]
     return Sensitivity(
         base.label, base.tok_s, tuple(sorted(rows, key=lambda row: -row.swing)), min(band), max(band), len(band)
     )
@@ -1635,7 +1694,14 @@ def crossings(gap: Callable[[float], float | None], grid: list[float]) -> tuple[
 def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[str, str]]:
     """Inputs that contradict themselves or ask more than the hardware can give: (kind, message) pairs."""
     ref, tgt, points = cal.hardware.reference, cal.hardware.target, cal.moe_curve.points
-    found = [
+    measured_on, found = cal.anchors.measured_on, []
+    if measured_on is not None and measured_on != tgt.name:
+        found.append((
+            "target", f"hardware.target.name: the estimate is for {tgt.name}, but the anchors were measured on "
+            f"{measured_on}: it keeps {measured_on}'s measured throughputs, and so its overhead, and takes from "
+            f"{tgt.name} only the MoE time its bandwidth gives",
+        ))  # fmt: skip
+    found += [
         ("curve order", f"moe_curve.points: the MoE time falls from {a.ms:g} ms at M = {a.m} to {b.ms:g} ms at "
          f"M = {b.m}; a larger batch reads at least as many experts: check the times")
         for a, b in itertools.pairwise(points) if b.ms < a.ms
@@ -1668,6 +1734,7 @@ class Options(NamedTuple):
     sensitivity: ScenarioSpec | None = None
     solve: str | None = None
     observed: tuple[ScenarioSpec, float] | None = None
+    headline_band: bool = False  # the uncertainty band of the headline estimate, when the output shows it
 
 
 class Provenance(NamedTuple):
@@ -1677,16 +1744,28 @@ class Provenance(NamedTuple):
     overrides: tuple[str, ...]  # --set options in force, as given
 
 
+class Headline(NamedTuple):
+    """What a design note quotes first."""
+
+    today: Scenario  # the throughput measured today: the DDTree anchor
+    native: Scenario  # today's drafter on the native engine
+    stronger: dict[str, tuple[Scenario, ...]]  # the stronger drafter, by each pipeline that can run it
+    band: Sensitivity | None  # of the stronger drafter on the native engine over the calibration's ranges
+
+
 class Report(NamedTuple):
     """Everything one run computed; the renderers read it and compute nothing new."""
 
     provenance: Provenance
     estimate: Estimate
+    headline: Headline
     solve: Solution | None
     sensitivity: Sensitivity | None
     sweep: SweepPlan | None
     warnings: tuple[str, ...]  # inputs that contradict themselves; printed on stderr, the exit status stays 0
     document: object  # the calibration document in force (after --set and --solve), for its sources
+    changed: dict[str, str]  # each key path an option changed, and the option: "--set native_engine.overhead_cut=0.3"
+    original: object  # the document as the file has it, for what an option changed
 
 
 def build_report(options: Options) -> Report:
@@ -1695,7 +1774,8 @@ def build_report(options: Options) -> Report:
     file = options.calibration or display_name(path)
     label = file + "".join(f" with --set {o.text}" for o in options.overrides)
     try:
-        doc, digest = read_document(path)
+        original, digest = read_document(path)
+        doc = original
         for override in options.overrides:
             doc = set_path(doc, override.path, override.value)
         cal, solution = parse_calibration(doc), None
@@ -1705,12 +1785,42 @@ def build_report(options: Options) -> Report:
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
         sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
+        top = headline_of(doc, cal, est, band=options.headline_band)
     except CalibrationError as exc:
         exc.file = exc.file or label
         raise
     warnings = [message for _, message in physical_warnings(cal, est.scenarios)] + list(sweep.warnings if sweep else ())
+    warnings += solved_outside_its_range(cal, solution)
+    changed = {format_path(o.path): f"--set {o.text}" for o in options.overrides}
+    changed |= {format_path(s.path): f"--sweep {s.text}" for s in options.sweeps}
+    changed |= {solution.path: f"--solve {solution.path}"} if solution else {}
     provenance = Provenance(file, digest, __version__, tuple(o.text for o in options.overrides))
-    return Report(provenance, est, solution, sens, sweep, tuple(dict.fromkeys(warnings)), doc)
+    return Report(provenance, est, top, solution, sens, sweep, tuple(dict.fromkeys(warnings)), doc, changed, original)
+
+
+def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool) -> Headline:
+    """Today's throughput, the native engine's, the stronger drafter's where it can run, and how sure."""
+    rows = {(row.drafter, row.pipeline): row for row in est.scenarios}  # the first accept length of each
+    stronger = {p: tuple(r for r in est.scenarios if (r.drafter, r.pipeline) == ("stronger", p)) for p in PIPELINES}
+    spread = None
+    if band and cal.ranges:
+        spread = sensitivity(doc, cal, ScenarioSpec("stronger", "native", None), every_corner=False)
+    runnable = {p: rows for p, rows in stronger.items() if rows[0].runnable}
+    return Headline(rows["current", "sglang"], rows["current", "native"], runnable, spread)
+
+
+def solved_outside_its_range(cal: Calibration, solution: Solution | None) -> list[str]:
+    """A solved value outside the range the calibration gives that assumption: worth a word, not an error."""
+    ranges = {r.path: r for r in cal.ranges or ()}
+    if solution is None or solution.path not in ranges:
+        return []
+    r = ranges[solution.path]
+    if r.low <= solution.value <= r.high:
+        return []
+    return [
+        f"--solve {solution.path}: the value that matches, {solution.value:.6g}, lies outside its range in the "
+        f"calibration, {r.low:g} to {r.high:g} ({r.source}); the measurement and that assumption disagree"
+    ]
 
 
 # === Rendering: every renderer reads the report and formats it; none calls the model ===
@@ -1719,7 +1829,7 @@ def build_report(options: Options) -> Report:
 FIGURE_FORMATS = {
     "ms": ("{:.2f} ms", "{:.3f}"),
     "tok/s": ("{:.0f} tok/s", "{:.1f}"),
-    "x": ("{:.2f}x", "{:.3f}"),  # a speed-up
+    "x": ("{:.2f}", "{:.3f}"),  # a speed-up, named "x ..."
     "ratio": ("{:.3f}x", "{:.3f}"),  # the bandwidth ratio
     "%": ("{:.1%}", "{:.3f}"),
     "GB": ("{:.2f} GB", "{:.3f} GB"),
@@ -1755,61 +1865,151 @@ def _value_text(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else value if isinstance(value, str) else json.dumps(value)
 
 
+def markdown_text(text: object) -> str:
+    r"""Text from the calibration or the command line, escaped for a Markdown cell or paragraph.
+
+    >>> markdown_text("a|b *c* <b>[d]</b> `e` \\ f_g")
+    'a\\|b \\*c\\* \\<b\\>\\[d\\]\\</b\\> \\`e\\` \\\\ f\\_g'
+    """
+    return re.sub(r"([\\`*_\[\]<>|~#&])", r"\\\1", str(text))
+
+
+def code_span(text: str) -> str:
+    """Text as Markdown code: nothing inside is markup, so only a backtick needs a longer fence."""
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+
+
+class Style(NamedTuple):
+    """How the output is laid out: what the command line and the terminal ask for."""
+
+    tablefmt: str = "simple"
+    width: int = 80  # every line of text and table fits it, where a table can be made to
+    chart_width: int = 80  # 0: no chart
+    ascii_only: bool = False
+    everything: bool = False  # --all: every section, not only what a design note needs
+    markdown: bool = False
+
+    def wrap(self, text: str, indent: str = "") -> str:
+        """A paragraph broken at word boundaries to the width; in Markdown, one escaped line."""
+        if self.markdown:
+            return markdown_text(text)
+        import textwrap
+
+        return textwrap.fill(text, self.width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+
+
 class Column(NamedTuple):
     header: str
+    cell: Callable[[Any], object]  # the cell of a row
     fmt: str = ""  # a float format for a right-aligned number column; "" for left-aligned text
 
 
-def table(rows: Iterable[Sequence[object]], columns: Sequence[Column], tablefmt: str) -> str:
-    """A table in any tabulate format: tabulate formats and aligns the numbers; text is left as it is."""
+def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
+    """A table in any tabulate format: tabulate formats and aligns the numbers, and wraps text to fit the width."""
+    import tabulate as tabulate_module
     from tabulate import tabulate
 
-    text: str = tabulate(
-        list(rows), headers=[c.header for c in columns], tablefmt=tablefmt, floatfmt=[c.fmt or "g" for c in columns],
-        colalign=["right" if c.fmt else "left" for c in columns], missingval="",
-        disable_numparse=[i for i, c in enumerate(columns) if not c.fmt],
-    )  # fmt: skip
-    return text
+    tabulate_module.MIN_PADDING = 0  # a column as wide as its widest cell or header: they stand apart already
+    text = [i for i, c in enumerate(columns) if not c.fmt]
+
+    def shown(value: object, as_text: bool) -> object:  # text as it lands: escaped in Markdown; None left empty
+        if style.markdown and isinstance(value, str):
+            return markdown_text(value)
+        return value if value is None or not as_text else str(value)
+
+    cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
+    headers = [str(shown(c.header, True)) for c in columns]
+    widths: list[int | None] = [None] * len(columns)
+    while True:
+        out: str = tabulate(
+            cells, headers=headers, tablefmt="pipe" if style.markdown else style.tablefmt, missingval="",
+            floatfmt=[c.fmt or "g" for c in columns], colalign=["right" if c.fmt else "left" for c in columns],
+            disable_numparse=text, maxcolwidths=widths,
+        )  # fmt: skip
+        excess = max(map(len, out.splitlines()), default=0) - style.width
+        if excess <= 0 or style.markdown or not text:
+            return out
+        # wrap the widest text column, so far as a word of it allows
+        every: list[Sequence[object]] = [*cells, headers]
+        lengths = {i: max(len(str(r[i] or "")) for r in every) for i in text}
+        widest = max(text, key=lengths.__getitem__)
+        now = widths[widest] or lengths[widest]
+        if now <= 12:
+            return out
+        widths[widest] = max(12, now - excess)
 
 
 class Section(NamedTuple):
     name: str  # a heading: "Calibration"
-    title: str  # one line saying what the table holds
+    title: str  # what the table holds
     body: str  # a table, and any lines under it
 
 
 def _header_line(report: Report) -> str:
     """The provenance line every output carries: tool version, calibration file and hash, overrides."""
     prov = report.provenance
-    return (
-        f"estimate_b300 {prov.tool_version}; calibration {prov.calibration_file} (sha256 {prov.calibration_sha256}); "
-        f"overrides: {', '.join(prov.overrides) or 'none'}"
-    )
+    overrides = ", ".join(prov.overrides) or "none"
+    file = f"{prov.calibration_file}, sha256 {prov.calibration_sha256}"
+    return f"estimate_b300 {prov.tool_version}; {file}; overrides: {overrides}"
 
 
 def _title(report: Report) -> str:
     return f"Kimi K2.x + DDTree at concurrency 1 on {report.estimate.calibration.hardware.target.name}"
 
 
-def calibration_section(report: Report, tablefmt: str) -> Section:
+def _measured(cal: Calibration) -> str:
+    return f"measured on {cal.anchors.measured_on}" if cal.anchors.measured_on else "measured"
+
+
+def _spread(values: Sequence[float], fmt: str) -> str:
+    """'815-1086', or one value when they are all the same."""
+    low, high = min(values), max(values)
+    return f"{low:{fmt}}" if f"{low:{fmt}}" == f"{high:{fmt}}" else f"{low:{fmt}}-{high:{fmt}}"
+
+
+def headline_lines(report: Report) -> list[str]:
+    """Two to four sentences: today's throughput, the native engine's, the stronger drafter's, and how sure."""
+    h, cal = report.headline, report.estimate.calibration
+    lines = [
+        f"Today: {h.today.tok_s:.0f} tok/s, {_measured(cal)} (current drafter on SGLang, accept {h.today.accept:g}).",
+        f"The native engine with today's drafter: {h.native.tok_s:.0f} tok/s, {h.native.vs_today:.2f}x today.",
+    ]
+    cannot = [PIPELINE_LABELS[p] for p in PIPELINES if p not in h.stronger]
+    for pipeline, rows in h.stronger.items():
+        accepts, tok_s, vs = ([getattr(r, f) for r in rows] for f in ("accept", "tok_s", "vs_today"))
+        but = f" ({' and '.join(cannot)} cannot run its budget of {rows[0].budget})" if cannot else ""
+        lines.append(
+            f"The stronger drafter on the {PIPELINE_LABELS[pipeline]}: {_spread(tok_s, '.0f')} tok/s at accept "
+            f"{_spread(accepts, 'g')}, {_spread(vs, '.2f')}x today{but}."
+        )
+        cannot = []
+    if h.band:
+        b = h.band
+        lines.append(
+            f"Uncertainty: over the ranges in the calibration, {b.scenario} ({b.tok_s:.0f} tok/s) spans "
+            f"{b.tok_s_min:.0f} to {b.tok_s_max:.0f} tok/s "
+            f"({b.tok_s_min / b.tok_s - 1:+.0%} / {b.tok_s_max / b.tok_s - 1:+.0%})."
+        )
+    return lines
+
+
+def calibration_section(report: Report, style: Style) -> Section:
     est = report.estimate
     dec, cal = est.decomposition, est.calibration
-    ref, tgt, dd = cal.hardware.reference, cal.hardware.target, cal.anchors.ddtree
+    ref, tgt = cal.hardware.reference, cal.hardware.target
 
     def curve_basis(moe: MoeTime) -> str:
         point = next((p for p in cal.moe_curve.points if p.m == moe.m), None)
-        how = point.basis if point else ("extrapolated" if moe.extrapolated else "interpolated")
         if est.experts_fit:
-            how = "experts fit" + (f"; the {point.basis} point is {point.ms:g} ms" if point else "")
-        return f"curve({moe.m}) = {moe.time.inputs[0].value:.4g} ms ({how})"
+            return "experts fit"
+        return f"{point.basis} point" if point else ("extrapolated" if moe.extrapolated else "interpolated")
 
     basis = {
-        "AR step": f"measured: {cal.anchors.ar_tok_s:g} tok/s",
-        dec.moe_ar.time.name: curve_basis(dec.moe_ar),
-        "DDTree step": f"measured: {dd.tok_s:g} tok/s at accept {dd.accept:g} (block {dd.block}, budget {dd.budget})",
-        dec.moe_ddtree.time.name: curve_basis(dec.moe_ddtree),
-    }
-    figures = (
+        "AR step": _measured(cal), "DDTree step": _measured(cal),
+        dec.moe_ar.time.name: curve_basis(dec.moe_ar), dec.moe_ddtree.time.name: curve_basis(dec.moe_ddtree),
+    }  # fmt: skip
+    figures = [
         dec.ar_step,
         dec.moe_ar.time,
         dec.attn_base,
@@ -1817,88 +2017,105 @@ def calibration_section(report: Report, tablefmt: str) -> Section:
         dec.moe_ddtree.time,
         dec.spec,
         dec.overhead,
-    )
-    shares = {name: f.value for name, f in dec.shares.items()}
-    rows = [[f.name, f.formula, f.value, shares.get(f.name), basis.get(f.name, "derived")] for f in figures]
-    if dec.moe_ar.m != dec.moe_ddtree.m:
-        rows[1][3] = None  # MoE(1) is not part of the DDTree step
+    ]
+    shares = {
+        name: f.value
+        for name, f in dec.shares.items()
+        if name != dec.moe_ar.time.name or dec.moe_ar.m == dec.moe_ddtree.m
+    }
     columns = [
-        Column("figure"),
-        Column("formula"),
-        Column("ms", ".2f"),
-        Column("share of DDTree step", ".1%"),
-        Column("basis"),
+        Column("figure", lambda f: f.name),
+        Column("formula", lambda f: f.formula),
+        Column("ms", lambda f: f.value, ".2f"),
+        Column("share", lambda f: shares.get(f.name), ".1%"),
+        Column("basis", lambda f: basis.get(f.name, "derived")),
     ]
     title = (
-        f"Calibration: bandwidth ratio {tgt.name} / {ref.name} = {tgt.mem_bandwidth_tb_s:g} / "
-        f"{ref.mem_bandwidth_tb_s:g} TB/s = {figure_text(dec.bandwidth_ratio)} (the MoE time divides by it)"
+        f"Calibration, in ms: MoE scales by the bandwidth ratio {tgt.name} / {ref.name} = "
+        f"{tgt.mem_bandwidth_tb_s:g} / {ref.mem_bandwidth_tb_s:g} TB/s = {figure_text(dec.bandwidth_ratio)}"
     )
-    body = table(rows, columns, tablefmt)
+    body = table(figures, columns, style)
     if est.experts_fit:
         fit = est.experts_fit
         residuals = ", ".join(f"M={m}: {r:+.3f}" for m, r in fit.residuals_ms)
-        body += (
-            f"\nMoE(M) read from the experts fit: curve(M) = {fit.t0.value:.4g} + {fit.t_expert.value:.4g} x "
-            f"distinct(M) ms (least squares over the curve; residuals in ms: {residuals})"
+        body += "\n\n" + style.wrap(
+            f"MoE(M) is read from the experts fit curve(M) = {fit.t0.value:.4g} + {fit.t_expert.value:.4g} x "
+            f"distinct(M) ms, least squares over the curve (residuals in ms: {residuals})."
         )
     return Section("Calibration", title, body)
 
 
-SCENARIO_COLUMNS = [
-    Column("MoE ms", ".2f"), Column("ATTN_BASE ms", ".2f"), Column("SPEC ms", ".2f"), Column("step ms", ".2f"),
-    Column("tok/s", ".0f"), Column("vs AR", "s"),
-]  # fmt: skip
+def _mark(row: Scenario) -> str:
+    return "*" if row.moe_extrapolated else ""
 
 
-def _scenario_cells(row: Scenario) -> list[object]:
-    moe = f"{row.moe_ms:.2f}*" if row.moe_extrapolated else row.moe_ms
-    return [moe, row.attn_base_ms, row.spec_ms, row.step_ms, row.tok_s, figure_text(row.figures["vs AR"])]
+SCENARIO_COLUMNS = [  # both drafters' tables, and the sweep's, in one order
+    Column("pipeline", lambda r: PIPELINE_LABELS[r.pipeline].removesuffix(" engine")),
+    Column("accept", lambda r: r.accept, "g"),
+    Column("MoE", lambda r: f"{r.moe_ms:.2f}{_mark(r)}", "s"),
+    Column("ATTN_BASE", lambda r: r.attn_base_ms, ".2f"),
+    Column("SPEC", lambda r: r.spec_ms, ".2f"),
+    Column("step", lambda r: r.step_ms, ".2f"),
+    Column("tok/s", lambda r: r.tok_s, ".0f"),
+    Column("x today", lambda r: r.vs_today, ".2f"),
+]
 
 
-def drafter_sections(report: Report, tablefmt: str) -> list[Section]:
-    cal = report.estimate.calibration
-    dd, sd, cut = cal.anchors.ddtree, cal.stronger_drafter, cal.native_engine.overhead_cut
-    current = [
-        [PIPELINE_LABELS[row.pipeline], row.accept, row.chain_alpha, *_scenario_cells(row),
-         "measured" if row.measured else f"estimate: overhead cut {100 * cut:g}%"]
-        for row in report.estimate.scenarios if row.drafter == "current"
-    ]  # fmt: skip
-    stronger = [
-        [row.accept, row.chain_alpha, PIPELINE_LABELS[row.pipeline], *_scenario_cells(row)]
-        for row in report.estimate.scenarios
-        if row.drafter == "stronger"
-    ]
-    accept, alpha, pipeline = Column("accept", "g"), Column("chain alpha", ".3f"), Column("pipeline")
+def drafter_sections(report: Report, style: Style) -> list[Section]:
+    cal, rows = report.estimate.calibration, report.estimate.scenarios
+    reasons = _reasons(rows)
+
+    def basis(row: Scenario) -> str:
+        if not row.runnable:
+            return f"cannot run [{reasons.index(row.not_runnable_reason or '') + 1}]"
+        return _measured(cal) if row.measured else "estimate"
+
+    columns = [*SCENARIO_COLUMNS, Column("basis", basis)]
+    dd, sd = cal.anchors.ddtree, cal.stronger_drafter
     return [
         Section(
             "Current drafter",
-            f"Current drafter: block {dd.block}, budget {dd.budget}, verify batch M = {dd.budget + 1}",
-            table(current, [pipeline, accept, alpha, *SCENARIO_COLUMNS, Column("basis")], tablefmt),
+            f"Current drafter: block {dd.block}, budget {dd.budget}, verify batch M = {dd.budget + 1}; times in ms",
+            table([r for r in rows if r.drafter == "current"], columns, style),
         ),
         Section(
-            "Stronger drafter", f"Stronger drafter: block {sd.block}, budget {sd.budget}, verify batch M = "
-            f"{sd.budget + 1}; ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}",
-            table(stronger, [accept, alpha, pipeline, *SCENARIO_COLUMNS], tablefmt),
+            "Stronger drafter", f"Stronger drafter: block {sd.block}, budget {sd.budget}, M = {sd.budget + 1}; "
+            f"ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}",
+            table([r for r in rows if r.drafter == "stronger"], columns, style),
         ),
     ]  # fmt: skip
 
 
-def break_even_section(report: Report, tablefmt: str) -> Section:
+def _reasons(rows: Iterable[Scenario]) -> list[str]:
+    """Why some scenarios cannot run, each reason once: the footnotes [1], [2], ..."""
+    return list(dict.fromkeys(r.not_runnable_reason for r in rows if r.not_runnable_reason))
+
+
+def chain_alpha_section(report: Report, style: Style) -> Section:
+    rows = [r for r in report.estimate.scenarios if r.pipeline == PIPELINES[0]]  # the same on every pipeline
+    columns = [
+        Column("drafter", lambda r: r.drafter),
+        Column("block", lambda r: r.block, "d"),
+        Column("accept", lambda r: r.accept, "g"),
+        Column("chain alpha", lambda r: r.chain_alpha, ".3f"),
+    ]
+    title = "What each accept length demands of the drafter: chain alpha (see the notes)"
+    return Section("Chain alpha", title, table(rows, columns, style))
+
+
+def break_even_section(report: Report, style: Style) -> Section:
     versus = {"current": "current drafter", "autoregressive": "autoregressive"}
-    rows = [
-        [PIPELINE_LABELS[b.pipeline], versus[b.versus], b.tok_s_to_match,
-         f"{b.accept:.2f}" if b.accept is not None else f"cannot: {b.reason}"]
-        for b in report.estimate.break_even
-    ]  # fmt: skip
-    columns = [Column("pipeline"), Column("versus"), Column("tok/s to match", ".1f"), Column("accept needed", "s")]
-    return Section(
-        "Break-even accept",
-        "Break-even: the accept length at which the stronger drafter matches",
-        table(rows, columns, tablefmt),
-    )
+    columns = [
+        Column("pipeline", lambda b: PIPELINE_LABELS[b.pipeline]),
+        Column("versus, on the same pipeline", lambda b: versus[b.versus]),
+        Column("tok/s to match", lambda b: b.tok_s_to_match, ".1f"),
+        Column("accept needed", lambda b: f"{b.accept:.2f}" if b.accept is not None else f"cannot: {b.reason}", "s"),
+    ]
+    title = "Break-even: the accept length at which the stronger drafter matches another way of decoding"
+    return Section("Break-even accept", title, table(report.estimate.break_even, columns, style))
 
 
-def physical_sections(report: Report, tablefmt: str) -> list[Section]:
+def physical_sections(report: Report, style: Style) -> list[Section]:
     est = report.estimate
     cal, model, roof = est.calibration, est.calibration.model, est.roofline
     if model is None or roof is None:
@@ -1909,84 +2126,87 @@ def physical_sections(report: Report, tablefmt: str) -> list[Section]:
         ]
     ref, tgt = cal.hardware.reference, cal.hardware.target
     expert = next(f for f in roof[0].figures if f.name == "expert MB")
+    shared = ", shared expert included at 16 bits" if model.curve_includes_shared_expert else ""
     title = (
-        f"Physical cross-check (uniform routing: each token picks {model.experts_per_token} of {model.routed_experts} "
-        f"experts independently): {model.layers - model.dense_layers} MoE layers, one routed expert "
-        f"{figure_text(expert)}, TP {cal.moe_curve.tp}"
-        + (", shared expert included at 16 bits" if model.curve_includes_shared_expert else "")
+        f"Physical cross-check, under uniform routing (each token picks {model.experts_per_token} of "
+        f"{model.routed_experts} experts independently): {model.layers - model.dense_layers} MoE layers, one routed "
+        f"expert {figure_text(expert)}, TP {cal.moe_curve.tp}{shared}. Each curve point against {ref.name}'s "
+        f"{ref.mem_bandwidth_tb_s:g} TB/s peak."
     )
-    rows = [
-        [p.m, p.basis, f"{p.ms:g}", p.distinct_experts, p.bytes_per_gpu / 1e9, p.peak_ms, p.efficiency] for p in roof
-    ]
     columns = [
-        Column("M", "d"), Column("basis"), Column("curve ms", "s"), Column("distinct experts", ".1f"),
-        Column("GB per GPU", ".2f"), Column(f"ms at {ref.mem_bandwidth_tb_s:g} TB/s peak", ".2f"),
-        Column("efficiency", ".1%"),
-    ]  # fmt: skip
-    floors = [
-        [row.label, row.m, row.moe_floor_ms, row.step_ms, row.tok_s, row.tok_s_ceiling, row.figures["of ceiling"].value]
-        for row in est.scenarios
-        if row.moe_floor_ms is not None
+        Column("M", lambda p: p.m, "d"),
+        Column("basis", lambda p: p.basis),
+        Column("curve ms", lambda p: f"{p.ms:g}", "s"),
+        Column("experts", lambda p: p.distinct_experts, ".1f"),
+        Column("GB per GPU", lambda p: p.bytes_per_gpu / 1e9, ".2f"),
+        Column("peak ms", lambda p: p.peak_ms, ".2f"),
+        Column("efficiency", lambda p: p.efficiency, ".1%"),
     ]
-    floor_columns = [
-        Column("scenario"), Column("M", "d"), Column("MoE floor ms", ".2f"), Column("step ms", ".2f"),
-        Column("tok/s", ".0f"), Column("ceiling tok/s", ".0f"), Column("of ceiling", ".1%"),
-    ]  # fmt: skip
+    floors = [
+        Column("scenario", lambda r: r.label),
+        Column("M", lambda r: r.m, "d"),
+        Column("floor ms", lambda r: r.moe_floor_ms, ".2f"),
+        Column("step ms", lambda r: r.step_ms, ".2f"),
+        Column("tok/s", lambda r: r.tok_s, ".0f"),
+        Column("ceiling", lambda r: r.tok_s_ceiling, ".0f"),
+        Column("of ceiling", lambda r: r.figures["of ceiling"].value, ".1%"),
+    ]
     floor_title = (
-        f"The floor: the MoE weight read at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s, and the tok/s "
+        f"The MoE floor: the weight read at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s, and the tok/s "
         "ceiling if everything else took no time"
     )
     return [
-        Section("Physical cross-check", title, table(rows, columns, tablefmt)),
-        Section("The MoE floor", floor_title, table(floors, floor_columns, tablefmt)),
+        Section("Physical cross-check", title, table(roof, columns, style)),
+        Section("The MoE floor", floor_title, table(est.scenarios, floors, style)),
     ]
 
 
-def sensitivity_section(report: Report, tablefmt: str) -> Section:
+def sensitivity_section(report: Report, style: Style) -> Section:
     sens = report.sensitivity
     assert sens is not None
-    rows = [
-        [r.path, f"{r.value:g}", f"{r.low:g} - {r.high:g}", r.tok_s_at_low, r.tok_s_at_high, r.swing, r.source]
-        for r in sens.rows
-    ]
     columns = [
-        Column("assumption"), Column("in force"), Column("range"), Column("tok/s at low", ".0f"),
-        Column("tok/s at high", ".0f"), Column("swing", ".0f"), Column("source"),
-    ]  # fmt: skip
+        Column("assumption", lambda r: r.path),
+        Column("in force", lambda r: f"{r.value:g}", "s"),
+        Column("range", lambda r: f"{r.low:g} - {r.high:g}", "s"),
+        Column("tok/s at low", lambda r: r.tok_s_at_low, ".0f"),
+        Column("tok/s at high", lambda r: r.tok_s_at_high, ".0f"),
+        Column("swing", lambda r: r.swing, ".0f"),
+        Column("source", lambda r: _changed_source(report, f"ranges.{r.path}", r.source)),
+    ]
     title = (
         f"Sensitivity of {sens.scenario} ({sens.tok_s:.0f} tok/s): each assumption at either end of its range, "
         "the others as in force"
     )
-    band = (
-        f"Band: {sens.tok_s_min:.0f} to {sens.tok_s_max:.0f} tok/s over all {sens.combinations} combinations "
-        "of the range ends; a what-if range, not a statistical interval."
+    band = style.wrap(
+        f"Band: {sens.tok_s_min:.0f} to {sens.tok_s_max:.0f} tok/s over all {sens.combinations} combinations of the "
+        "range ends; a what-if range, not a statistical interval."
     )
-    return Section("Sensitivity", title, f"{table(rows, columns, tablefmt)}\n{band}")
+    wide = table(sens.rows, columns, style._replace(width=10**6))  # a wide table: its sources are sentences
+    return Section("Sensitivity", title, f"{wide}\n\n{band}")
 
 
-def sweep_section(report: Report, tablefmt: str) -> Section:
+def sweep_section(report: Report, style: Style) -> Section:
     """A row per point: the swept values, then for each drafter and pipeline its step and its tok/s by accept."""
     assert report.sweep is not None
-    columns = [Column(format_path(sweep.path)) for sweep in report.sweep.sweeps]
+    columns = [Column(format_path(sweep.path), operator.itemgetter(i)) for i, sweep in enumerate(report.sweep.sweeps)]
     where: dict[str, int] = {}  # a column's header -> its place
     rows = []
     for point in report.sweep.points():
         cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(point.values)}
         for row in point.scenarios:
-            step_ms = f"{row.step_ms:.2f}" + ("*" if row.moe_extrapolated else "")
-            for header, fmt, value in (
-                (f"{row.drafter}/{row.pipeline} step ms", "s", step_ms),
-                (f"{row.label} tok/s", ".0f", row.tok_s),
-            ):
+            headers = [(f"{row.drafter}/{row.pipeline} step ms", f"{row.step_ms:.2f}{_mark(row)}", "s"),
+                       (f"{row.label} tok/s", row.tok_s, ".0f")]  # fmt: skip
+            for header, value, fmt in headers:
                 if header not in where:
                     where[header] = len(columns)
-                    columns.append(Column(header, fmt))
+                    columns.append(Column(header, operator.itemgetter(len(columns)), fmt))
                 cells[where[header]] = value
         rows.append([cells.get(i) for i in range(len(columns))])
-    return Section("Sweep", f"Sweep: {report.sweep.size} points", table(rows, columns, tablefmt))
+    rows = [row + [None] * (len(columns) - len(row)) for row in rows]
+    return Section("Sweep", f"Sweep: {report.sweep.size} points", table(rows, columns, style._replace(width=10**6)))
 
 
-def solve_section(report: Report, tablefmt: str) -> Section:
+def solve_section(report: Report, style: Style) -> Section:
     sol = report.solve
     assert sol is not None
     title = (
@@ -1995,63 +2215,60 @@ def solve_section(report: Report, tablefmt: str) -> Section:
     )
     others = ", ".join(f"{v:.6g}" for v in sol.other_values)
     return Section(
-        "Solved",
-        title,
-        f"Other values fit too: {others} (the estimate is not monotonic in {sol.path})." if others else "",
+        "Solved", title, f"Other values fit too: {others} (the estimate is not monotonic in it)." if others else ""
     )
 
 
-def sections(report: Report, tablefmt: str) -> list[Section]:
-    """The report's tables, in the order every format prints them."""
-    parts = [solve_section(report, tablefmt)] if report.solve else []
+def sections(report: Report, style: Style) -> list[Section]:
+    """The report's tables, in the order every format prints them: what a design note needs, then the rest."""
+    parts = [solve_section(report, style)] if report.solve else []
     if report.sweep is not None:
-        parts.append(sweep_section(report, tablefmt))
-    else:
-        parts += [calibration_section(report, tablefmt), *drafter_sections(report, tablefmt)]
-        parts += [break_even_section(report, tablefmt), *physical_sections(report, tablefmt)]
-    return parts + ([sensitivity_section(report, tablefmt)] if report.sensitivity else [])
+        return [*parts, sweep_section(report, style)]
+    parts += [calibration_section(report, style), *drafter_sections(report, style)]
+    return parts + ([sensitivity_section(report, style)] if report.sensitivity else [])
 
 
-def footnotes(report: Report) -> list[str]:
-    cal, sens = report.estimate.calibration, report.sensitivity
+def more_sections(report: Report, style: Style) -> list[Section]:
+    """What --all adds, after the chart."""
+    if not style.everything or report.sweep is not None:
+        return []
+    return [break_even_section(report, style), chain_alpha_section(report, style), *physical_sections(report, style)]
+
+
+def notes(report: Report, style: Style) -> list[str]:
+    """The footnotes the printed sections need, each a sentence or two."""
+    est, sens = report.estimate, report.sensitivity
+    cal, rows = est.calibration, est.scenarios
     ms = [p.m for p in cal.moe_curve.points]
-    notes = []
-    if report.sweep is None:
-        notes.append(f"vs AR: tok/s over the measured autoregressive {cal.anchors.ar_tok_s:g} tok/s.")
-        notes.append(
-            "chain alpha: the per-token acceptance rate a single chain as deep as the block would need for that "
-            "accept length, (1 - a^(block+1)) / (1 - a) = accept (Leviathan et al., 2023); a tree verifies several "
-            "candidates per depth, so it reaches the same accept length with a lower alpha."
-        )
-    extrapolated = (
-        report.sweep.extrapolated
-        if report.sweep
-        else sorted({r.m for r in report.estimate.scenarios if r.moe_extrapolated})
-    )
+    extrapolated = report.sweep.extrapolated if report.sweep else sorted({r.m for r in rows if r.moe_extrapolated})
+    found = []
     if extrapolated:
-        notes.append(
+        found.append(
             f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve's "
-            f"M = {ms[0]}..{ms[-1]}; "
-            "read along the nearest end segment"
-            + (" of the curve." if cal.moe_curve.fit == "linear" else " range by the experts fit.")
+            f"M = {ms[0]}..{ms[-1]}, "
+            + ("read along its nearest end segment." if cal.moe_curve.fit == "linear" else "read from the experts fit.")
         )
-    notes += [
-        f"Note: {row.path} = {row.value:g} lies outside its range {row.low:g} - {row.high:g}."
-        for row in (sens.rows if sens else ())
-        if not row.low <= row.value <= row.high
+    if report.sweep is None:
+        found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
+        found.append(f"x today: tok/s over today's {est.decomposition.ddtree_tok_s.value:g} tok/s, {_measured(cal)}.")
+    if style.everything:
+        found.append(
+            "chain alpha: the per-token acceptance rate a single chain as deep as the block needs for that accept "
+            "length, (1 - a^(block+1)) / (1 - a) = accept (Leviathan et al., 2023); a tree reaches it with less."
+        )
+    found += [
+        f"{r.path} = {r.value:g} lies outside its range {r.low:g} - {r.high:g}."
+        for r in (sens.rows if sens else ())
+        if not r.low <= r.value <= r.high
     ]
-    band = (
-        f" Over the ranges of its assumptions, {sens.scenario} spans {sens.tok_s_min:.0f} to "
-        f"{sens.tok_s_max:.0f} tok/s "
-        "(a what-if band, not a statistical interval)."
-        if sens
-        else " --sensitivity shows how far each assumption moves them."
-    )
-    notes.append(
-        "Uncertainty: only the SGLang current-drafter row is measured; every other row is an estimate whose non-MoE "
-        "split, stronger-drafter cost and accept lengths are assumptions." + band
-    )
-    return notes
+    if not report.headline.band and report.sweep is None:
+        found.append(
+            "Every row but the measured one is an estimate: the non-MoE split, the native cut and the stronger "
+            "drafter's cost and accept lengths are assumptions; a `ranges` section in the calibration gives a band."
+        )
+    if not style.everything and report.sweep is None:
+        found.append("--all adds break-even accept, the physical cross-check and the MoE floor.")
+    return found
 
 
 # --- The breakdown chart ---
@@ -2060,90 +2277,121 @@ CHART_FILLS = {False: ("\u2588", "\u2592", "\u2591"), True: ("#", "=", ".")}  # 
 CHART_PARTS = ("MoE", "ATTN_BASE", "SPEC")
 
 
+def chart_bars(scenarios: Sequence[Scenario]) -> list[tuple[str, Scenario, str]]:
+    """One bar per drafter and pipeline: the step does not depend on the accept length. (label, row, tok/s)."""
+    groups: dict[tuple[str, str], list[Scenario]] = {}
+    for row in scenarios:
+        groups.setdefault((row.drafter, row.pipeline), []).append(row)
+    return [(f"{d}/{p}", rows[0], _spread([r.tok_s for r in rows], ".0f")) for (d, p), rows in groups.items()]
+
+
 def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: bool) -> str:
-    """One stacked bar per scenario, all on one time scale, fitting in `columns`.
+    """One stacked bar per drafter and pipeline, all on one time scale, fitting in `columns`.
 
     Segment ends are rounded on the running total, so each bar is as long as its whole step.
     """
-    fills = CHART_FILLS[ascii_only]
-    steps, rates = [f"{row.step_ms:.2f}" for row in scenarios], [f"{row.tok_s:.0f}" for row in scenarios]
-    ends = [
-        f"{s:>{max(map(len, steps))}} ms {r:>{max(map(len, rates))}} tok/s" for s, r in zip(steps, rates, strict=True)
-    ]
-    label_width, end_width = max(len(row.label) for row in scenarios), max(map(len, ends))
-    bar_width = max(columns - label_width - end_width - 3, 10)
-    ms_per_column = max(row.step_ms for row in scenarios) / bar_width
-    legend = "  ".join(f"{fill} {part}" for fill, part in zip(fills, CHART_PARTS, strict=True))
-    lines = [f"Step time breakdown: 1 column = {ms_per_column:.3f} ms", f"{legend}  (one scale for all bars)"]
-    for end, row in zip(ends, scenarios, strict=True):
+    fills, bars = CHART_FILLS[ascii_only], chart_bars(scenarios)
+    reasons = _reasons(scenarios)
+    steps = [f"{row.step_ms:.2f} ms" for _, row, _ in bars]
+    rates = [f"{tok_s} tok/s" + (f" [{reasons.index(row.not_runnable_reason) + 1}]" if row.not_runnable_reason else "")
+             for _, row, tok_s in bars]  # fmt: skip
+    ends = [f"{s:>{max(map(len, steps))}} {r:>{max(map(len, rates))}}" for s, r in zip(steps, rates, strict=True)]
+    label_width = max(len(label) for label, _, _ in bars)
+    bar_width = max(columns - label_width - len(ends[0]) - 2, 10)
+    ms_per_column = max(row.step_ms for _, row, _ in bars) / bar_width
+    legend = " ".join(f"[{fill}] {part}" for fill, part in zip(fills, CHART_PARTS, strict=True))
+    lines = [f"Step time, {ms_per_column:.3f} ms a column: {legend}"]
+    for (label, row, _), end in zip(bars, ends, strict=True):
         bar, done, total = "", 0, 0.0
         for fill, part_ms in zip(fills, (row.moe_ms, row.attn_base_ms, row.spec_ms), strict=True):
             total += part_ms
             upto = round(total / ms_per_column)
             bar, done = bar + fill * (upto - done), upto
-        lines.append(f"{row.label:<{label_width}} {bar:<{bar_width}} {end:>{end_width}}")
+        lines.append(f"{label:<{label_width}} {bar:<{bar_width}} {end}")
     return "\n".join(lines)
 
 
 def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
-    """The breakdown as a Mermaid xychart: its bar series are drawn over one another, so they are running totals."""
+    """The breakdown as a Mermaid xychart, one bar per drafter and pipeline.
+
+    Mermaid draws bar series over one another, not stacked: each series is a running total, longest first,
+    named for the segment that shows of it.
+    """
+    bars = chart_bars(scenarios)
     series = [
-        ("step = MoE + ATTN_BASE + SPEC", [row.step_ms for row in scenarios]),
-        ("MoE + ATTN_BASE", [row.moe_ms + row.attn_base_ms for row in scenarios]),
-        ("MoE", [row.moe_ms for row in scenarios]),
+        ("SPEC", [row.step_ms for _, row, _ in bars]),
+        ("ATTN_BASE", [row.moe_ms + row.attn_base_ms for _, row, _ in bars]),
+        ("MoE", [row.moe_ms for _, row, _ in bars]),
     ]
-    labels = ", ".join(f'"{row.label}"' for row in scenarios)
+    labels = ", ".join(f'"{label}"' for label, _, _ in bars)
     return "\n".join([
         "```mermaid",
         "xychart-beta horizontal",
-        '    title "Step time per scenario (ms)"',
+        '    title "Step time (ms)"',
         f"    x-axis [{labels}]",
-        f'    y-axis "ms" 0 --> {math.ceil(max(row.step_ms for row in scenarios))}',
+        f'    y-axis "ms" 0 --> {math.ceil(max(row.step_ms for _, row, _ in bars))}',
         *(f'    bar "{name}" [{", ".join(f"{v:.2f}" for v in values)}]' for name, values in series),
         "```",
     ])  # fmt: skip
 
 
-# --- The formats: text, JSON, Markdown, CSV, --explain ---
+# --- The formats: text, Markdown, JSON, CSV, --explain ---
 
 
-class RenderOptions(NamedTuple):
-    tablefmt: str = "simple"
-    chart_columns: int = 80  # 0: no chart
-    ascii_only: bool = False
-
-
-def render_tables(report: Report, how: RenderOptions) -> Iterable[str]:
-    parts = [f"{_header_line(report)}\n{_title(report)}"]
-    parts += [f"{s.title}\n{s.body}".rstrip("\n") for s in sections(report, how.tablefmt)]
-    if how.chart_columns and report.sweep is None:
-        parts.append(breakdown_chart(report.estimate.scenarios, how.chart_columns, how.ascii_only))
-    return ["\n\n".join([*parts, "\n".join(footnotes(report))]) + "\n"]
-
-
-def render_markdown(report: Report, how: RenderOptions) -> Iterable[str]:
-    """A document to paste into design notes: GitHub tables, a Mermaid chart, assumptions and notes."""
-    parts = [f"_{_header_line(report)}_", f"## {_title(report)}"]
-    for section in sections(report, "github"):
-        parts += [f"### {section.name}", section.title, *([section.body] if section.body else [])]
-    if how.chart_columns and report.sweep is None:
-        legend = "Bars drawn over one another: the longest is the whole step; MoE + ATTN_BASE and MoE lie on top."
-        parts += ["### Step-time breakdown", mermaid_chart(report.estimate.scenarios), legend]
-    notes = [note.replace("* ", "\\* ", 1) if note.startswith("* ") else note for note in footnotes(report)]
-    parts += [
-        "### Assumptions",
-        _assumption_list(report.document),
-        "### Notes",
-        "\n".join(f"- {note}" for note in notes),
-    ]
+def render_tables(report: Report, style: Style) -> Iterable[str]:
+    parts = [style.wrap(_header_line(report), "  "), _title(report)]
+    if report.sweep is None:
+        parts = [f"{parts[0]}\n{parts[1]}", "\n".join(style.wrap(line, "  ") for line in headline_lines(report))]
+    else:
+        parts = ["\n".join(parts)]
+    parts += [f"{style.wrap(s.title)}\n{s.body}".rstrip("\n") for s in sections(report, style)]
+    if style.chart_width and report.sweep is None:
+        parts.append(breakdown_chart(report.estimate.scenarios, style.chart_width, style.ascii_only))
+    parts += [f"{style.wrap(s.title)}\n{s.body}".rstrip("\n") for s in more_sections(report, style)]
+    parts.append("\n".join(style.wrap(note, "  ") for note in notes(report, style)))
     return ["\n\n".join(parts) + "\n"]
 
 
-def _assumption_list(doc: object) -> str:
+def render_markdown(report: Report, style: Style) -> Iterable[str]:
+    """A document to paste into design notes: pipe tables, a Mermaid chart, the assumptions with sources, notes."""
+    style = style._replace(markdown=True)
+    parts = [code_span(_header_line(report)), f"## {markdown_text(_title(report))}"]
+    if report.sweep is None:
+        parts.append("\n".join(f"- {markdown_text(line)}" for line in headline_lines(report)))
+    for section in sections(report, style):
+        parts += [f"### {section.name}", markdown_text(section.title), *([section.body] if section.body else [])]
+    if style.chart_width and report.sweep is None:
+        caption = "Each bar, left to right: MoE, ATTN_BASE, SPEC; its length is the step time in ms."
+        parts += ["### Step-time breakdown", mermaid_chart(report.estimate.scenarios), caption]
+    for section in more_sections(report, style):
+        parts += [f"### {section.name}", markdown_text(section.title), *([section.body] if section.body else [])]
+    parts += ["### Assumptions", _assumption_list(report), "### Notes"]
+    parts.append("\n".join(f"- {markdown_text(note)}" for note in notes(report, style)))
+    return ["\n\n".join(parts) + "\n"]
+
+
+def _changed_source(report: Report, path: str, source: str) -> str:
+    """A source, or, for a value an option changed, which option changed it and what the file said."""
+    changed = [(p, o) for p, o in report.changed.items() if p == path or p.startswith((f"{path}.", f"{path}["))]
+    if not changed:
+        return source
+    where, option = changed[0]
+    inner = where[len(path) :].lstrip(".")  # the changed key inside this value, if it is inside
+    try:
+        said = (
+            f"; the file said {inner + ' ' if inner else ''}{_value_text(get_path(report.original, parse_path(where)))}"
+        )
+    except CalibrationError:  # the file did not have it
+        said = ""
+    return f"set by {option}{said}" + (f" ({source})" if source else "")
+
+
+def _assumption_list(report: Report) -> str:
     """Every value of the calibration with the source that documents it, as a Markdown list by section.
 
     A value's source is its `<key>_source`, else the `source` of the nearest object around it; a
-    section's own source is given once. An object inside a list (a curve point) is one entry.
+    section's own source is given once. An object inside a list (a curve point) is one entry. A value
+    an option changed says so, and what the file said.
     """
     lines: list[str] = []
 
@@ -2155,7 +2403,9 @@ def _assumption_list(doc: object) -> str:
                     continue
                 if not path:  # a section: its heading and its own source
                     section_source = value.get("source", "") if isinstance(value, dict) else ""
-                    lines.append(f"- `{key}`" + (f": {section_source}" if section_source else ""))
+                    lines.append(
+                        f"- {code_span(key)}" + (f": {markdown_text(section_source)}" if section_source else "")
+                    )
                 own = node.get(f"{key}_source")
                 walk(value, (*path, key), own if isinstance(own, str) else source, section_source)
         elif isinstance(node, list) and any(isinstance(item, dict) for item in node):
@@ -2165,10 +2415,15 @@ def _assumption_list(doc: object) -> str:
         else:
             if isinstance(node, dict):  # an object inside a list: its fields, less the documentation
                 node = {k: v for k, v in node.items() if k not in ("source", "note") and not k.endswith("_source")}
-            own = f": {source}" if source and source != section_source else ""
-            lines.append(f"  - `{format_path(path[1:]) or format_path(path)}` = {_value_text(node)}{own}")
+            shown = source if source != section_source else ""
+            said = _changed_source(report, format_path(path), shown)
+            name = format_path(path[1:]) or format_path(path)
+            lines.append(
+                f"  - {code_span(name)} = {markdown_text(_value_text(node))}"
+                + (f": {markdown_text(said)}" if said else "")
+            )
 
-    walk(doc, (), "", "")
+    walk(report.document, (), "", "")
     return "\n".join(lines)
 
 
@@ -2229,7 +2484,7 @@ def _scenario_json(row: Scenario) -> dict[str, object]:
     return dict(zip(SCENARIO_FIELDS, row, strict=False))
 
 
-def render_json(report: Report, how: RenderOptions) -> Iterator[str]:
+def render_json(report: Report, style: Style) -> Iterator[str]:
     """One JSON object; a sweep's points (up to 800,000 scenarios) stream out compact, one at a time."""
     if report.sweep is None:
         yield json.dumps(report_json(report), indent=2) + "\n"
@@ -2241,7 +2496,7 @@ def render_json(report: Report, how: RenderOptions) -> Iterator[str]:
     yield "]}\n"
 
 
-def render_csv(report: Report, how: RenderOptions) -> Iterator[str]:
+def render_csv(report: Report, style: Style) -> Iterator[str]:
     """One row per scenario (per sweep point and scenario when sweeping) with provenance columns; nothing else."""
     import csv
     import io
@@ -2273,7 +2528,7 @@ def _csv_cell(value: object) -> object:
     return json.dumps(value) if isinstance(value, (list, dict)) else "" if value is None else value
 
 
-def render_explain(report: Report, how: RenderOptions) -> Iterable[str]:
+def render_explain(report: Report, style: Style) -> Iterable[str]:
     """The derivation in the order it is computed: name = formula = numbers = result, one figure a line.
 
     Results are rounded as the tables round them, so every table figure can be found here and
@@ -2334,7 +2589,7 @@ def render_explain(report: Report, how: RenderOptions) -> Iterable[str]:
     return ["\n".join(out) + "\n"]
 
 
-RENDERERS: dict[str, Callable[[Report, RenderOptions], Iterable[str]]] = {
+RENDERERS: dict[str, Callable[[Report, Style], Iterable[str]]] = {
     "table": render_tables,
     "json": render_json,
     "markdown": render_markdown,
@@ -2378,6 +2633,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--format", choices=RENDERERS, default="table", help="tables, one JSON object, a Markdown document, or CSV")
     add("--tablefmt", default="simple", metavar="NAME", help="any tabulate format for the tables, e.g. github")
     show = parser.add_argument_group("showing the work").add_argument
+    show("--all", action="store_true", help="every section: break-even, the physical cross-check, the MoE floor")
     show("--explain", action="store_true", help="print the derivation, one figure a line, not the tables")
     show("--no-chart", action="store_true", help="leave out the step-time breakdown chart")
     show("--ascii", action="store_true", help="plain ASCII output (automatic when stdout cannot take Unicode)")
@@ -2444,6 +2700,14 @@ def _check_usage(args: argparse.Namespace) -> None:
             )
 
 
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401  (the one import the tables need; a table run makes it anyway)
+    except ImportError:
+        return False
+    return True
+
+
 def parse_options(args: argparse.Namespace) -> Options:
     """The command line's values, parsed: a bad one is a CalibrationError naming its option."""
     observed = None
@@ -2478,12 +2742,17 @@ def parse_options(args: argparse.Namespace) -> Options:
     )
 
 
-def chart_columns() -> int:
-    """$COLUMNS as a width from 60 to 1,000 (clamped when out of range, ignored when not a number), else 80."""
+def terminal_columns() -> int:
+    """$COLUMNS, else the terminal's width when stdout is one, else 80; clamped to 60..1,000, junk ignored."""
     try:
-        return min(max(int(os.environ["COLUMNS"]), 60), 1000)
+        columns = int(os.environ["COLUMNS"])
     except (KeyError, ValueError):
-        return 80
+        columns = 80
+        if hasattr(sys.stdout, "isatty") and sys.stdout.isatty():
+            import shutil
+
+            columns = shutil.get_terminal_size().columns
+    return min(max(columns, 60), 1000)
 
 
 # --- Writing: the output escaped for a terminal, failures of stdout and stderr handled ---
@@ -2557,16 +2826,23 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.help or args.version:
             return emit([parser.format_help() if args.help else f"estimate_b300 {__version__}\n"])
+        if args.format in ("table", "markdown") and not args.explain and not _has_tabulate():
+            say(
+                "estimate_b300: tables and Markdown need tabulate, which is not installed: pip install tabulate, or "
+                "run uv run estimate_b300.py; --format json and --format csv work without it"
+            )
+            return 1
         _check_usage(args)
-        report = build_report(parse_options(args))
+        report = build_report(parse_options(args)._replace(headline_band=args.format in ("table", "markdown")))
     except CalibrationError as exc:
         say(f"estimate_b300: {exc}")
         return 2
     for warning in report.warnings:
         say(f"estimate_b300: warning: {warning}")
     ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), _stdout_encoding())
-    how = RenderOptions(args.tablefmt, 0 if args.no_chart else chart_columns(), ascii_only)
-    chunks = (render_explain if args.explain else RENDERERS[args.format])(report, how)
+    columns = terminal_columns()
+    style = Style(args.tablefmt, max(columns, 80), 0 if args.no_chart else columns, ascii_only, args.all)
+    chunks = (render_explain if args.explain else RENDERERS[args.format])(report, style)
     if args.format != "json":  # JSON escapes by itself; text and CSV cells are escaped here
         chunks = map(printable_lines, chunks)
     if ascii_only:  # a name from the calibration in Unicode: B300\xe9

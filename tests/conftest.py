@@ -112,3 +112,8 @@ def _project_root_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Output names the calibration relative to the working directory, and the chart follows $COLUMNS."""
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+def flat(text: str) -> str:
+    """Text with every run of white space one space: what a reader sees once lines are wrapped to the width."""
+    return " ".join(text.split())

@@ -132,19 +132,19 @@ BAD_VALUES: list[tuple[str, Callable[[dict[str, Any]], object], list[str]]] = [
     ("unknown basis", lambda d: d["moe_curve"]["points"][0].update(basis="guess"), ["one of measured"]),
     ("accept below 1", lambda d: d["stronger_drafter"].update(accept=[0.5]), ["accept[0]: got 0.5", ">= 1"]),
     (
-        "accept above budget+1",
+        "accept above both limits: the binding one is named",
         lambda d: d["stronger_drafter"].update(accept=[12, 40]),
-        ["stronger_drafter.accept[1]: 40 exceeds the verify batch budget+1 = 33"],
+        ["stronger_drafter.accept[1]: 40 exceeds the tree's limit block+1 = 17 (the smaller of block+1 and budget+1)"],
     ),
     (
         "accept above block+1",
         lambda d: d["stronger_drafter"].update(accept=[12, 18]),
-        ["stronger_drafter.accept[1]: 18 exceeds the tree depth block+1 = 17"],
+        ["stronger_drafter.accept[1]: 18 exceeds the tree's limit block+1 = 17"],
     ),
     (
         "anchor accept above budget+1",
         lambda d: d["anchors"]["ddtree"].update(accept=10),
-        ["anchors.ddtree.accept: 10 exceeds the verify batch budget+1 = 9"],
+        ["anchors.ddtree.accept: 10 exceeds the tree's limit budget+1 = 9"],
     ),
     ("empty accept list", lambda d: d["stronger_drafter"].update(accept=[]), ["accept: has 0 entries"]),
     ("duplicate accept", lambda d: d["stronger_drafter"].update(accept=[12, 12]), ["accept[1]: 12 appears twice"]),
@@ -324,7 +324,7 @@ def test_fuzzed_calibrations_succeed_or_fail_cleanly(
 def test_a_bad_file_through_the_command_line(write_calibration) -> None:  # type: ignore[no-untyped-def]
     path = write_calibration(mutated(lambda d: d["stronger_drafter"].update(accept=[12, 40])))
     run = run_script("--calibration", str(path))
-    assert_clean_error(run, f"{path}: stronger_drafter.accept[1]: 40 exceeds the verify batch budget+1 = 33")
+    assert_clean_error(run, f"{path}: stronger_drafter.accept[1]: 40 exceeds the tree's limit block+1 = 17")
 
 
 def test_calibration_file_is_never_written(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import DEFAULT_CALIBRATION, GOLDEN, default_estimate, run_main, run_script
+from conftest import DEFAULT_CALIBRATION, GOLDEN, default_estimate, flat, run_main, run_script
 
 import estimate_b300 as eb
 
@@ -18,14 +18,19 @@ import estimate_b300 as eb
 
 
 def test_chart_golden_unicode_and_ascii() -> None:
-    """1 column = 20.884 ms / 40 = 0.522 ms. current/sglang: MoE 1.99 ms ends at round(3.81) = 4,
-    MoE + ATTN_BASE 9.25 ms at round(17.7) = 18, the whole 14.52 ms step at round(27.8) = 28."""
+    """One bar per drafter and pipeline. 1 column = 20.884 ms / 37 = 0.564 ms. current/sglang: MoE 1.99 ms
+    ends at round(3.53) = 4, MoE + ATTN_BASE 9.25 ms at round(16.4) = 16, the whole 14.52 ms at round(25.7) = 26."""
     scenarios = default_estimate().scenarios
     assert eb.breakdown_chart(scenarios, 80, False) + "\n" == (GOLDEN / "chart_unicode.txt").read_text()
     ascii_chart = eb.breakdown_chart(scenarios, 80, True)
     assert ascii_chart + "\n" == (GOLDEN / "chart_ascii.txt").read_text()
-    first_bar = ascii_chart.splitlines()[2]
-    assert first_bar.startswith("current/sglang@4.4 " + "#" * 4 + "=" * 14 + "." * 10 + " ")
+    assert ascii_chart.splitlines()[0] == "Step time, 0.564 ms a column: [#] MoE [=] ATTN_BASE [.] SPEC"
+    first_bar = ascii_chart.splitlines()[1]
+    assert first_bar.startswith("current/sglang  " + "#" * 4 + "=" * 12 + "." * 10 + " ")
+    assert [line.split()[0] for line in ascii_chart.splitlines()[1:]] == [
+        "current/sglang", "current/native", "stronger/sglang", "stronger/native",
+    ]  # fmt: skip
+    assert ascii_chart.splitlines()[3].endswith("20.88 ms 575-766 tok/s [1]")  # it cannot run: see note [1]
 
 
 @pytest.mark.parametrize("columns", [60, 80, 100, 132])
@@ -34,36 +39,36 @@ def test_chart_fits_the_width(
 ) -> None:
     monkeypatch.setenv("COLUMNS", str(columns))
     out = run_main(capsys).out
-    chart = out[out.index("Step time breakdown") :].split("\n\n")[0].splitlines()
-    assert len(chart) == 10
+    chart = out[out.index("Step time, ") :].split("\n\n")[0].splitlines()
+    assert len(chart) == 5
     assert max(map(len, chart)) <= columns
     assert max(map(len, chart)) >= columns - 2  # and uses the room it has
 
 
-def test_chart_is_on_one_scale(capsys: pytest.CaptureFixture[str]) -> None:
+def test_chart_is_on_one_scale() -> None:
     """The bar of the longest step fills the bar area; a step half as long fills about half."""
-    chart = eb.breakdown_chart(default_estimate().scenarios, 80, True).splitlines()[2:]
+    chart = eb.breakdown_chart(default_estimate().scenarios, 80, True).splitlines()[1:]
     bars = {line.split()[0]: len(line.split()[1]) for line in chart}
-    assert bars["stronger/sglang@12"] == 40
-    assert bars["current/native@4.4"] == round(9.509 / (20.884 / 40))
+    assert bars["stronger/sglang"] == 37
+    assert bars["current/native"] == round(9.509 / (20.884 / 37))
 
 
 def test_no_chart(capsys: pytest.CaptureFixture[str]) -> None:
-    assert "Step time breakdown" in run_main(capsys).out
-    assert "Step time breakdown" not in run_main(capsys, "--no-chart").out
+    assert "Step time, " in run_main(capsys).out
+    assert "Step time, " not in run_main(capsys, "--no-chart").out
 
 
 def test_ascii_output_is_plain_ascii(capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main(capsys, "--ascii", "--sensitivity", "--set", "hardware.target.name=B300\u00e9").out
     assert out.isascii()
-    assert "# MoE  = ATTN_BASE  . SPEC" in out
+    assert "[#] MoE [=] ATTN_BASE [.] SPEC" in out  # a legend, not an equation
     assert "on B300\\xe9" in out  # a name the calibration spells in Unicode, escaped
 
 
 def test_unicode_is_dropped_when_stdout_cannot_encode_it() -> None:
     run = run_script(env={"PYTHONIOENCODING": "ascii"})
     assert run.code == 0, run.err
-    assert run.out.isascii() and "# MoE" in run.out
+    assert run.out.isascii() and "[#] MoE" in run.out
     assert "\u2588" in run_script(env={"PYTHONIOENCODING": "utf-8"}).out
 
 
@@ -73,7 +78,7 @@ def test_ascii_refuses_a_unicode_table_format(capsys: pytest.CaptureFixture[str]
     assert run_main(capsys, "--ascii", "--tablefmt", "github").out.isascii()
 
 
-# --- Markdown ------------------------------------------------------------------------------
+# --- Markdown (parsed as GFM in test_markdown.py) -------------------------------------------
 
 
 def test_markdown_golden(capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,19 +91,30 @@ def test_markdown_golden(capsys: pytest.CaptureFixture[str]) -> None:
 def test_markdown_document_parts(capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main(capsys, "--format", "markdown").out
     first = out.splitlines()[0]
-    assert first.startswith("_estimate_b300 ") and "sha256" in first and "overrides: none" in first
-    assert "| pipeline      |   accept |" in out  # GitHub pipe tables
+    assert first.startswith("`estimate_b300 ") and "sha256" in first and "overrides: none`" in first
+    assert "| pipeline | accept |  MoE |" in out and "|:---------|-------:|-----:|" in out  # aligned pipe tables
     block = re.search(r"```mermaid\n(.*?)```", out, re.S)
     assert block is not None
     mermaid = block.group(1)
     assert mermaid.startswith("xychart-beta horizontal\n")
-    steps = re.search(r'bar "step = MoE \+ ATTN_BASE \+ SPEC" \[(.*?)\]', mermaid)
+    assert re.findall(r'bar "(\w+)"', mermaid) == ["SPEC", "ATTN_BASE", "MoE"]  # the segment each one shows
+    steps = re.search(r'bar "SPEC" \[(.*?)\]', mermaid)
     assert steps is not None
-    assert [float(v) for v in steps.group(1).split(", ")] == [round(s.step_ms, 2) for s in default_estimate().scenarios]
+    assert [float(v) for v in steps.group(1).split(", ")] == [14.52, 9.51, 20.88, 14.73]  # one bar per drafter/pipeline
+    assert "Each bar, left to right: MoE, ATTN_BASE, SPEC; its length is the step time in ms." in out
     assert "### Assumptions" in out
     assert "`overhead_cut` = 0.4: assumed" in out
     assert '`points[0]` = {"m": 1, "ms": 1.15, "basis": "inferred"}: not a recorded measurement' in out
     assert "- \\* MoE extrapolated: M = 33" in out  # escaped, so it is not a nested list item
+
+
+def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys, "--set", "native_engine.overhead_cut=0.3", "--format", "markdown").out
+    line = next(line for line in out.splitlines() if line.startswith("  - `overhead_cut`"))
+    assert line.startswith("  - `overhead_cut` = 0.3: set by --set native\\_engine.overhead\\_cut=0.3; the file said 0.4 (")
+    sens = run_main(capsys, "--set", "ranges.anchors.ar_tok_s.relative=0.05", "--sensitivity").out
+    row = next(line for line in sens.splitlines() if line.startswith("anchors.ar_tok_s "))
+    assert "set by --set ranges.anchors.ar_tok_s.relative=0.05; the file said relative 0.03 (measured value" in row
 
 
 # --- CSV -----------------------------------------------------------------------------------
@@ -161,8 +177,8 @@ def figures(text: str) -> set[str]:
 
 @pytest.mark.parametrize("extra", [[], ["--sensitivity"], ["--set", "moe_curve.fit=experts"]])
 def test_every_table_figure_appears_in_explain(capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
-    tables = table_figures(run_main(capsys, "--no-chart", *extra).out)
-    assert {"2.28x", "0.805", "77.3%", "3582"} <= tables  # the parse finds the tables
+    tables = table_figures(run_main(capsys, "--no-chart", "--all", *extra).out)
+    assert {"1.53", "0.805", "77.3%", "3582"} <= tables  # the parse finds the tables
     missing = tables - figures(run_main(capsys, "--explain", *extra).out)
     assert not missing, f"table figures missing from --explain: {sorted(missing)}"
 
@@ -217,7 +233,7 @@ def test_one_byte_changes_the_hash(capsys: pytest.CaptureFixture[str], tmp_path:
     assert hashes[1]["calibration_sha256"] == hashlib.sha256(edited).hexdigest()[:12]
     assert hashes[0]["calibration_sha256"] != hashes[1]["calibration_sha256"]
     table = run_main(capsys, "--calibration", str(paths[1])).out
-    assert f"sha256 {hashlib.sha256(edited).hexdigest()[:12]}" in table.splitlines()[0]
+    assert f"sha256 {hashlib.sha256(edited).hexdigest()[:12]}" in flat(table)
 
 
 def test_csv_names_a_solved_value_in_a_column(capsys: pytest.CaptureFixture[str]) -> None:
@@ -241,6 +257,6 @@ def test_markdown_sweep_table_has_a_one_line_header(capsys: pytest.CaptureFixtur
     """A pipe table's header must be one line followed by the delimiter row, or GitHub shows no table."""
     out = run_main(capsys, "--format", "markdown", "--sweep", "native_engine.overhead_cut=0.2,0.4").out
     lines = out.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("| native_engine.overhead_cut"))
-    assert lines[header + 1].startswith("|---")
-    assert "current/sglang step ms" in lines[header]
+    header = next(i for i, line in enumerate(lines) if line.startswith("| native\\_engine.overhead\\_cut"))
+    assert lines[header + 1].startswith("|:---")
+    assert "current/sglang step ms" in lines[header] and "stronger/native@14 tok/s" in lines[header]

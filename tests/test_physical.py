@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import assert_clean_error, default_doc, default_estimate, run_main
+from conftest import assert_clean_error, default_doc, default_estimate, flat, run_main
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -72,7 +72,7 @@ def test_roofline_of_the_default_curve(
 
 
 def test_roofline_labels_measured_and_inferred_points(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_main(capsys).out
+    out = run_main(capsys, "--all").out
     section = out[out.index("Physical cross-check") :]
     assert "uniform routing" in section
     row_1 = next(line for line in section.splitlines() if line.split()[:2] == ["1", "inferred"])
@@ -138,7 +138,7 @@ def test_without_model_section(capsys: pytest.CaptureFixture[str], write_calibra
     doc = default_doc()
     del doc["model"]
     path = str(write_calibration(doc))
-    out = run_main(capsys, "--calibration", path).out
+    out = flat(run_main(capsys, "--calibration", path, "--all").out)
     assert "Physical cross-check: left out, the calibration has no `model` section." in out
     assert "MoE floor" not in out
     without = run_main(capsys, "--calibration", path, "--format", "json").json()
@@ -205,8 +205,8 @@ def test_experts_fit_flattens_beyond_the_curve(capsys: pytest.CaptureFixture[str
     assert moe(experts, 65).time.value < 2 * moe(experts, 32).time.value
     assert moe(experts, 65).time.value < moe(linear, 65).time.value
     assert moe(experts, 65).extrapolated and moe(linear, 65).extrapolated
-    out = run_main(capsys, "--set", "moe_curve.fit=experts", "--set", "stronger_drafter.budget=64").out
-    assert "MoE(M) read from the experts fit" in out and "M = 65 lies outside" in out
+    out = flat(run_main(capsys, "--set", "moe_curve.fit=experts", "--set", "stronger_drafter.budget=64").out)
+    assert "MoE(M) is read from the experts fit" in out and "M = 65 lies outside" in out
     fit = run_main(capsys, "--set", "moe_curve.fit=experts", "--format", "json").json()["moe_fit"]
     assert fit["kind"] == "experts" and [r["m"] for r in fit["residuals"]] == [1, 9, 32]
 
@@ -261,7 +261,8 @@ def test_chain_alpha_costs_the_same_at_any_depth(depth: int) -> None:
 
 
 def test_chain_alpha_is_printed_with_its_footnote(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_main(capsys).out
-    assert "chain alpha" in out
-    assert "a tree verifies several candidates per depth" in out
+    assert "chain alpha" not in run_main(capsys).out  # --all shows it
+    out = flat(run_main(capsys, "--all").out)
+    assert "stronger 16 16 0.992" in out
+    assert "chain alpha: the per-token acceptance rate a single chain as deep as the block needs" in out
     assert all(math.isfinite(s["chain_alpha"]) for s in run_main(capsys, "--format", "json").json()["scenarios"])

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import assert_clean_error, default_doc, default_estimate, find, run_main
+from conftest import assert_clean_error, default_doc, default_estimate, find, flat, run_main
 
 import estimate_b300 as eb
 
@@ -37,9 +37,9 @@ def test_set_changes_the_estimate_and_is_reported(capsys: pytest.CaptureFixture[
     row = next(s for s in doc["scenarios"] if (s["drafter"], s["pipeline"]) == ("current", "native"))
     assert row["tok_s"] == pytest.approx(4400 / (MOE_9 + 0.7 * (ATTN_BASE + SPEC)), rel=1e-12)
     assert row["tok_s"] == pytest.approx(408.83, abs=0.01)
-    table = run_main(capsys, "--set", "native_engine.overhead_cut=0.3").out
+    table = flat(run_main(capsys, "--set", "native_engine.overhead_cut=0.3").out)
     assert "overrides: native_engine.overhead_cut=0.3" in table
-    assert "estimate: overhead cut 30%" in table
+    assert "The native engine with today's drafter: 409 tok/s, 1.35x today." in table
 
 
 def test_set_takes_json_lists_and_plain_strings(capsys: pytest.CaptureFixture[str]) -> None:
@@ -78,7 +78,7 @@ def test_set_several_and_nested_index(capsys: pytest.CaptureFixture[str]) -> Non
         ("moe_curve.points[x].ms=1", ["bad index"]),
         ("novalue", ["--set novalue: expected KEY.PATH=VALUE"]),
         ("=3", ["--set =3: expected KEY.PATH=VALUE"]),
-        ("stronger_drafter.accept=[12,40]", ["stronger_drafter.accept[1]: 40 exceeds the verify batch budget+1 = 33"]),
+        ("stronger_drafter.accept=[12,40]", ["stronger_drafter.accept[1]: 40 exceeds the tree's limit block+1 = 17 (the smaller of block+1 and budget+1)"]),
     ],
 )
 def test_bad_overrides(capsys: pytest.CaptureFixture[str], option: str, fragments: list[str]) -> None:
@@ -239,7 +239,7 @@ def test_relative_range_follows_the_value_in_force(capsys: pytest.CaptureFixture
 
 
 def test_sensitivity_table_explains_the_band(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_main(capsys, "--sensitivity", "--set", "native_engine.overhead_cut=0.7").out
+    out = flat(run_main(capsys, "--sensitivity", "--set", "native_engine.overhead_cut=0.7").out)
     assert "Sensitivity of stronger/native@14" in out
     assert "a what-if range, not a statistical interval" in out
     assert "native_engine.overhead_cut = 0.7 lies outside its range 0.2 - 0.6" in out
@@ -269,7 +269,7 @@ def test_default_scenario_takes_the_lower_middle_accept() -> None:
     ("args", "fragments"),
     [
         (["--sensitivity", "--scenario", "strong/native"], ["--scenario strong/native: expected DRAFTER/PIPELINE"]),
-        (["--sensitivity", "--scenario", "stronger/native@40"], ["@40: 40 exceeds the verify batch budget+1 = 33"]),
+        (["--sensitivity", "--scenario", "stronger/native@40"], ["@40: 40 exceeds the tree's limit block+1 = 17"]),
         (["--sensitivity", "--scenario", "stronger/native@x"], ["@x: expected an accept length"]),
     ],
 )
@@ -354,7 +354,7 @@ def test_break_even_out_of_reach(capsys: pytest.CaptureFixture[str]) -> None:
     row = next(b for b in run.json()["break_even"] if (b["pipeline"], b["versus"]) == ("sglang", "current"))
     assert row["accept"] is None
     assert "above the tree's limit block+1 = 17" in row["reason"]  # block 16 binds before budget 32
-    table = run_main(capsys, "--set", "stronger_drafter.spec_scale=60").out
+    table = flat(run_main(capsys, "--set", "stronger_drafter.spec_scale=60", "--all").out)
     assert "cannot: it would need accept 99.7" in table
 
 
@@ -450,7 +450,7 @@ def test_crossings_finds_every_root() -> None:
         ),
         (
             ["--solve", "native_engine.overhead_cut", "--observed", "stronger/native@99=463"],
-            ["exceeds the verify batch"],
+            ["exceeds the tree's limit block+1 = 17"],
         ),
         (["--solve", "stronger_drafter.spec_scale", "--observed", "current/native=463"], ["does not depend on"]),
     ],
