@@ -111,7 +111,9 @@ def test_markdown_document_parts(capsys: pytest.CaptureFixture[str]) -> None:
 def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main(capsys, "--set", "native_engine.overhead_cut=0.3", "--format", "markdown").out
     line = next(line for line in out.splitlines() if line.startswith("  - `overhead_cut`"))
-    assert line.startswith("  - `overhead_cut` = 0.3: set by --set native\\_engine.overhead\\_cut=0.3; the file said 0.4 (")
+    assert line.startswith(
+        "  - `overhead_cut` = 0.3: set by --set native\\_engine.overhead\\_cut=0.3; the file said 0.4 ("
+    )
     sens = run_main(capsys, "--set", "ranges.anchors.ar_tok_s.relative=0.05", "--sensitivity").out
     row = next(line for line in sens.splitlines() if line.startswith("anchors.ar_tok_s "))
     assert "set by --set ranges.anchors.ar_tok_s.relative=0.05; the file said relative 0.03 (measured value" in row
