@@ -1975,15 +1975,18 @@ def headline_lines(report: Report) -> list[str]:
         f"Today: {h.today.tok_s:.0f} tok/s, {_measured(cal)} (current drafter on SGLang, accept {h.today.accept:g}).",
         f"The native engine with today's drafter: {h.native.tok_s:.0f} tok/s, {h.native.vs_today:.2f}x today.",
     ]
-    cannot = [PIPELINE_LABELS[p] for p in PIPELINES if p not in h.stronger]
-    for pipeline, rows in h.stronger.items():
-        accepts, tok_s, vs = ([getattr(r, f) for r in rows] for f in ("accept", "tok_s", "vs_today"))
+    rows = [r for pipeline_rows in h.stronger.values() for r in pipeline_rows]
+    if rows:
+        on = "; ".join(
+            f"{_spread([r.tok_s for r in group], '.0f')} tok/s on {'the ' if p == 'native' else ''}{PIPELINE_LABELS[p]}"
+            for p, group in h.stronger.items()
+        )
+        cannot = [PIPELINE_LABELS[p] for p in PIPELINES if p not in h.stronger]
         but = f" ({' and '.join(cannot)} cannot run its budget of {rows[0].budget})" if cannot else ""
         lines.append(
-            f"The stronger drafter on the {PIPELINE_LABELS[pipeline]}: {_spread(tok_s, '.0f')} tok/s at accept "
-            f"{_spread(accepts, 'g')}, {_spread(vs, '.2f')}x today{but}."
+            f"The stronger drafter at accept {_spread([r.accept for r in rows], 'g')}: {on}, "
+            f"{_spread([r.vs_today for r in rows], '.2f')}x today{but}."
         )
-        cannot = []
     if h.band:
         b = h.band
         lines.append(

@@ -1,0 +1,191 @@
+"""What a design note quotes: the focused default, its headline, honest baselines and labels, what can run."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from conftest import ROOT, assert_clean_error, default_doc, flat, run_main, run_script
+
+import estimate_b300 as eb
+
+# --- The focused default ---------------------------------------------------------------------
+
+
+def test_the_default_run_is_short_and_fits_80_columns() -> None:
+    run = run_script()
+    lines = run.out.splitlines()
+    assert run.code == 0 and run.err == ""
+    assert len(lines) <= 52
+    assert max(map(len, lines)) <= 80
+    for absent in ("Break-even", "Physical cross-check,", "The MoE floor:", "chain alpha"):
+        assert absent not in run.out
+    assert lines[-1] == "--all adds break-even accept, the physical cross-check and the MoE floor."
+
+
+def test_all_shows_every_section_and_still_fits() -> None:
+    out = run_script("--all").out
+    assert max(map(len, out.splitlines())) <= 80
+    for present in ("Break-even", "Physical cross-check", "The MoE floor", "chain alpha", "Calibration"):
+        assert present in out
+    assert "--all adds" not in out
+
+
+def test_a_wider_terminal_is_used() -> None:
+    """COLUMNS (or the terminal, when stdout is one) wider than 80 is the width text and chart fill."""
+    out = run_script("--all", env={"COLUMNS": "120"}).out
+    assert 80 < max(map(len, out.splitlines())) <= 120
+
+
+def test_the_headline(capsys: pytest.CaptureFixture[str]) -> None:
+    out = flat(run_main(capsys).out)
+    assert "Today: 303 tok/s, measured on B300 (current drafter on SGLang, accept 4.4)." in out
+    assert "The native engine with today's drafter: 463 tok/s, 1.53x today." in out
+    assert (
+        "The stronger drafter at accept 12-16: 815-1086 tok/s on the native engine, 2.69-3.58x today "
+        "(SGLang cannot run its budget of 32)." in out
+    )
+    assert "Uncertainty: over the ranges in the calibration, stronger/native@14 (950 tok/s) spans 640 to 1243" in out
+
+
+def test_the_headline_band_is_the_whole_band(capsys: pytest.CaptureFixture[str]) -> None:
+    """The headline takes the two corners where every assumption pushes the same way; with the shipped
+    calibration the estimate is monotonic in each, so that is the band over all 64 corners."""
+    full = run_main(capsys, "--sensitivity", "--format", "json").json()["sensitivity"]["band"]
+    doc = default_doc()
+    cal = eb.parse_calibration(doc)
+    quick = eb.sensitivity(doc, cal, eb.ScenarioSpec("stronger", "native", None), every_corner=False)
+    assert (quick.tok_s_min, quick.tok_s_max) == (pytest.approx(full["tok_s_min"]), pytest.approx(full["tok_s_max"]))
+    assert quick.combinations == 2
+
+
+def test_without_ranges_there_is_no_band_and_no_error(
+    capsys: pytest.CaptureFixture[str], write_calibration: Any
+) -> None:
+    doc = default_doc()
+    del doc["ranges"]
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)))
+    assert run.code == 0 and run.err == ""
+    assert "Uncertainty: over the ranges" not in flat(run.out)
+    assert "a `ranges` section in the calibration gives a band" in flat(run.out)
+
+
+# --- One baseline per comparison ---------------------------------------------------------------
+
+
+def test_speed_ups_are_over_todays_measured_throughput(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_main(capsys, "--format", "json").json()
+    for s in doc["scenarios"]:
+        assert s["vs_today"] == pytest.approx(s["tok_s"] / 303, rel=1e-12)
+    out = run_main(capsys).out
+    assert "vs AR" not in out and "x today" in out
+    break_even = run_main(capsys, "--all").out
+    assert "versus, on the same pipeline" in break_even  # autoregressive decoding compared on its own pipeline
+
+
+# --- What can run --------------------------------------------------------------------------------
+
+
+def test_sglang_cannot_run_the_stronger_drafter(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_main(capsys, "--format", "json").json()
+    runnable = {(s["drafter"], s["pipeline"]): (s["runnable"], s["not_runnable_reason"]) for s in doc["scenarios"]}
+    assert runnable["current", "sglang"] == (True, None)
+    assert runnable["current", "native"] == (True, None)
+    assert runnable["stronger", "native"] == (True, None)
+    ok, reason = runnable["stronger", "sglang"]
+    assert not ok and reason.startswith("SGLang cannot verify a budget above 8: measured: its verify CUDA graphs")
+    table = run_main(capsys).out
+    assert table.count("cannot run [1]") == 3 and "[1] SGLang cannot verify a budget above 8" in table
+
+
+def test_sweeps_say_what_can_run(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_main(capsys, "--sweep", "sglang.max_budget=8,32", "--format", "json").json()
+    flags = [[s["runnable"] for s in p["scenarios"] if s["pipeline"] == "sglang"] for p in doc["sweep"]]
+    assert flags == [[True, False, False, False], [True, True, True, True]]
+    assert all("vs_today" in s for p in doc["sweep"] for s in p["scenarios"])
+
+
+def test_without_the_sglang_section_everything_runs(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
+    doc = default_doc()
+    del doc["sglang"]
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--format", "json")
+    assert all(s["runnable"] for s in run.json()["scenarios"])
+    text = flat(run_main(capsys, "--calibration", str(write_calibration(doc))).out)
+    assert "The stronger drafter at accept 12-16: 575-766 tok/s on SGLang; 815-1086 tok/s on the native engine" in text
+    assert "cannot run" not in text
+
+
+# --- Where the anchors were measured -----------------------------------------------------------
+
+
+def test_another_target_keeps_the_anchors_labels(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--set", "hardware.target.name=H200", "--set", "hardware.target.mem_bandwidth_tb_s=4.8")
+    assert run.code == 0
+    assert "Kimi K2.x + DDTree at concurrency 1 on H200" in run.out
+    assert "measured on B300" in run.out and "measured on H200" not in run.out
+    assert run.err.startswith("estimate_b300: warning: hardware.target.name: the estimate is for H200, but the anchors")
+    warnings = run_main(capsys, "--set", "hardware.target.name=H200", "--format", "json").json()["warnings"]
+    assert any("anchors were measured on B300" in w for w in warnings)
+
+
+# --- Sweep values as written ---------------------------------------------------------------------
+
+
+def test_sweep_values_are_the_numbers_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("--sweep", "native_engine.overhead_cut=0.2:0.6:0.1")
+    values = [
+        p["values"]["native_engine.overhead_cut"] for p in run_main(capsys, *args, "--format", "json").json()["sweep"]
+    ]
+    assert values == [0.2, 0.3, 0.4, 0.5, 0.6]
+    rows = list(csv.DictReader(io.StringIO(run_main(capsys, *args, "--format", "csv").out)))
+    assert sorted({r["native_engine.overhead_cut"] for r in rows}) == ["0.2", "0.3", "0.4", "0.5", "0.6"]
+    listed = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.30,0.1", "--format", "json").json()
+    assert [p["values"]["native_engine.overhead_cut"] for p in listed["sweep"]] == [0.3, 0.1]
+
+
+# --- The small ones ----------------------------------------------------------------------------
+
+
+def test_a_solved_value_outside_its_range_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(
+        capsys, "--solve", "stronger_drafter.spec_scale", "--observed", "stronger/native@14=1000", "--format", "json"
+    )
+    assert run.code == 0
+    value = run.json()["solve"]["value"]
+    assert value < 1.5
+    assert run.err.count("\n") == 1 and "lies outside its range in the calibration, 1.5 to 2" in run.err
+    assert any("lies outside its range" in w for w in run.json()["warnings"])
+
+
+def test_without_tabulate_tables_say_what_to_install() -> None:
+    """A fresh interpreter in which tabulate cannot be imported."""
+    code = (
+        "import sys; sys.modules['tabulate'] = None; sys.path.insert(0, {root!r}); import estimate_b300 as eb; "
+        "sys.exit(eb.main({args!r}))"
+    )
+    for args, status in (([], 1), (["--format", "markdown"], 1), (["--format", "json"], 0), (["--format", "csv"], 0)):
+        proc = subprocess.run(
+            [sys.executable, "-c", code.format(root=str(ROOT), args=args)], capture_output=True, text=True, cwd=ROOT
+        )
+        assert proc.returncode == status, proc.stderr
+        if status:
+            assert proc.stdout == "" and proc.stderr.count("\n") == 1
+            assert "pip install tabulate" in proc.stderr and "--format json and --format csv" in proc.stderr
+        else:
+            assert proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_a_bad_accept_names_the_binding_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--set", "stronger_drafter.accept=[12, 20]")
+    assert_clean_error(run, "20 exceeds the tree's limit block+1 = 17")
+    assert "33" not in run.err
+
+
+def test_json_without_a_band_when_none_is_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_main(capsys, "--format", "json").json()
+    assert "sensitivity" not in doc and json.dumps(doc)

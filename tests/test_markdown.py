@@ -1,0 +1,121 @@
+"""The Markdown document as a GFM parser reads it: tables, rows, cells, escaping, the Mermaid block."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from conftest import default_doc, run_main
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+GFM = MarkdownIt("commonmark").enable("table")
+
+
+def parse(text: str) -> list[Token]:
+    return GFM.parse(text)
+
+
+def tables(tokens: list[Token]) -> list[list[list[str]]]:
+    """Each table as rows of cell texts, the header row first; a cell's text as a reader sees it."""
+    found: list[list[list[str]]] = []
+    previous = ""
+    for token in tokens:
+        if token.type == "table_open":
+            found.append([])
+        elif token.type == "tr_open":
+            found[-1].append([])
+        elif token.type == "inline" and previous in ("th_open", "td_open"):
+            found[-1][-1].append(_text(token))
+        previous = token.type
+    return found
+
+
+def _text(inline: Token) -> str:
+    """The visible text of an inline token: what a reader sees, with no markup taken from the content."""
+    parts = []
+    for child in inline.children or []:
+        if child.type in ("text", "code_inline"):
+            parts.append(child.content)
+        elif child.type in ("softbreak", "hardbreak"):
+            parts.append(" ")
+        else:  # emphasis, links, raw HTML: markup the tool must never produce from its data
+            parts.append(f"<{child.type}>")
+    return "".join(parts)
+
+
+def document(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    run = run_main(capsys, "--format", "markdown", *args)
+    assert run.code == 0, run.err
+    return run.out
+
+
+@pytest.mark.parametrize(
+    ("args", "shape"),
+    [
+        ([], [(8, 5), (3, 9), (7, 9)]),  # calibration, current drafter, stronger drafter: rows incl. the header
+        (["--all"], [(8, 5), (3, 9), (7, 9), (5, 4), (5, 4), (4, 7), (9, 7)]),
+        (["--sensitivity"], [(8, 5), (3, 9), (7, 9), (7, 7)]),
+        (["--sweep", "native_engine.overhead_cut=0.2:0.6:0.1"], [(6, 13)]),
+    ],
+)
+def test_the_tables_a_document_should_have(capsys: pytest.CaptureFixture[str], args: list[str], shape: Any) -> None:
+    """Every table with exactly its rows: a line after a table never becomes a row of it."""
+    found = tables(parse(document(capsys, *args)))
+    assert [(len(t), len(t[0])) for t in found] == shape
+    assert all(len(row) == len(t[0]) for t in found for row in t)
+    assert not any("Band:" in cell or "MoE(M) is read" in cell for t in found for row in t for cell in row)
+
+
+def test_numbers_are_right_aligned(capsys: pytest.CaptureFixture[str]) -> None:
+    html = GFM.render(document(capsys))
+    header = re.search(r"<tr>\s*<th[^>]*>pipeline</th>(.*?)</tr>", html, re.S)
+    assert header is not None
+    assert re.findall(r'<th style="text-align:(\w+)">', header.group(1)) == ["right"] * 7 + ["left"]
+
+
+def test_the_sweep_headers_name_their_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    (sweep,) = tables(parse(document(capsys, "--sweep", "native_engine.overhead_cut=0.2,0.4")))
+    assert sweep[0][:4] == [
+        "native_engine.overhead_cut", "current/sglang step ms", "current/sglang@4.4 tok/s", "current/native step ms",
+    ]  # fmt: skip
+    assert len(set(sweep[0])) == len(sweep[0])  # no two columns share a header
+
+
+HOSTILE = "A|B *x* __y__ <b>z</b> [l](u) `c` \\ ~s~ # &amp; _e_"
+
+
+def test_text_from_the_calibration_lands_unchanged(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
+    """Every special character in a source or a name shows as itself, in its cell, with no markup made of it."""
+    doc = default_doc()
+    doc["hardware"]["target"]["name"] = HOSTILE
+    doc["anchors"]["measured_on"] = HOSTILE
+    doc["ranges"]["native_engine.overhead_cut"]["source"] = HOSTILE
+    out = document(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity")
+    tokens = parse(out)
+    found = tables(tokens)
+    cells = [cell for t in found for row in t for cell in row]
+    assert f"measured on {HOSTILE}" in cells  # the calibration table's basis, and the measured row's
+    assert HOSTILE in cells  # the sensitivity table's source
+    assert [(len(t), len(t[0])) for t in found] == [(8, 5), (3, 9), (7, 9), (7, 7)]  # no cell was split
+    texts = [_text(t) for t in tokens if t.type == "inline"]
+    assert f"Kimi K2.x + DDTree at concurrency 1 on {HOSTILE}" in texts  # the title
+    assert not any(re.search(r"<(em|strong|link|html_inline|s)_open>|<html_inline>", text) for text in texts)
+
+
+def test_the_mermaid_block(capsys: pytest.CaptureFixture[str]) -> None:
+    (fence,) = [t for t in parse(document(capsys)) if t.type == "fence" and t.info == "mermaid"]
+    lines = fence.content.splitlines()
+    assert lines[0] == "xychart-beta horizontal"
+    assert re.findall(r'bar "(\w+)"', fence.content) == ["SPEC", "ATTN_BASE", "MoE"]
+    x_axis = next(line for line in lines if "x-axis" in line)
+    assert re.findall(r'"([^"]+)"', x_axis) == [
+        "current/sglang",
+        "current/native",
+        "stronger/sglang",
+        "stronger/native",
+    ]
+    for line in lines:
+        if line.strip().startswith("bar "):
+            assert len(line.split("[")[1].split(",")) == 4
