@@ -76,6 +76,8 @@ MAX_RANGES = 10  # the band tries every combination of range ends: 2^10
 MAX_PATH = 16  # segments of a key path; the deepest in a calibration has 5
 MAX_NESTING = 32  # lists and objects within a --set value
 MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid; 800,000 scenarios are plenty
+MAX_FIT = 8  # values fitted at once: more than the measurements of one model can usually tell apart
+MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values needs far fewer
 
 
 PathSegments = tuple[str | int, ...]  # a key path, split: ("moe_curve", "points", 1, "ms")
@@ -164,6 +166,20 @@ class StrongerDrafter(NamedTuple):
     spec_scale: float
 
 
+class Measurement(NamedTuple):
+    """One measured throughput of one configuration: the model's track record, and what --fit fits to."""
+
+    label: str
+    drafter: str | None  # one of DRAFTERS; None for an autoregressive run
+    pipeline: str
+    block: int | None  # None: the drafter's own
+    budget: int | None
+    accept: float | None  # the measured mean accept length; None for an autoregressive run
+    tok_s: float
+    source: str
+    origin: str  # where it was given: "measurements[2]", or the --measured option
+
+
 class Range(NamedTuple):
     """One assumption's what-if range, for --sensitivity."""
 
@@ -211,6 +227,7 @@ class Calibration(NamedTuple):
     native_engine: NativeEngine
     sglang: SglangPipeline | None  # None: no `sglang` section, so SGLang runs any tree
     stronger_drafter: StrongerDrafter
+    measurements: tuple[Measurement, ...]  # measured throughputs beyond the anchors; often none
     ranges: tuple[Range, ...] | None  # None: no `ranges` section, so no --sensitivity
     domains: dict[str, Domain]  # every number read, by key path: what --solve and ranges may vary
 
@@ -491,6 +508,10 @@ def step(dec: Decomposition, drafter: Drafter, k: Figure, moe: MoeTime) -> Step:
     return Step(moe, attn_base, spec, total)
 
 
+def throughput(accept: Figure, step_ms: Figure) -> Figure:
+    return derive("tok/s", "1000 * accept / step", "tok/s", accept, step_ms)
+
+
 class Scenario(NamedTuple):
     """One estimate. moe_ms + attn_base_ms + spec_ms == step_ms, the native cut already applied."""
 
@@ -531,7 +552,7 @@ def scenario(
     `limit` says why the pipeline cannot run this drafter's tree, or is None when it can.
     """
     moe, step_ = part.moe, part.step
-    tok_s = derive("tok/s", "1000 * accept / step", "tok/s", accept, step_)
+    tok_s = throughput(accept, step_)
     today = dec.ddtree_tok_s._replace(name="today")  # the throughput measured today: the DDTree anchor
     figures = [tok_s, derive("x today", "tok/s / today", "x", tok_s, today), chain_alpha(accept.value, drafter.block)]
     if moe.floor:
@@ -562,6 +583,12 @@ def drafter_on(cal: Calibration, drafter: Drafter, pipeline: str, accepts: tuple
     return _drafter_on(cal.hardware, cal.model, cal.moe_curve, cal.anchors, drafter, engine, pipeline, accepts, limit)
 
 
+def step_on(cal: Calibration, drafter: Drafter, pipeline: str) -> Step:
+    """One drafter's step on one pipeline."""
+    engine = cal.native_engine if pipeline == "native" else None
+    return _step_on(cal.hardware, cal.model, cal.moe_curve, cal.anchors, drafter, engine)
+
+
 def cannot_run(sglang: SglangPipeline | None, drafter: Drafter) -> str | None:
     """Why SGLang cannot run a drafter's tree, or None when it can (or the calibration sets no limit)."""
     if sglang is None or drafter.budget <= sglang.max_budget:
@@ -576,9 +603,17 @@ def _drafter_on(
     hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, anchors: Anchors, drafter: Drafter,
     engine: NativeEngine | None, pipeline: str, accepts: tuple[Figure, ...], limit: str | None,
 ) -> tuple[Scenario, ...]:  # fmt: skip
-    dec = _decompose(hardware, model, curve, anchors)
-    part = step(dec, drafter, kept(engine), _moe_time(hardware, model, curve, drafter.budget + 1))
+    dec, part = _decompose(hardware, model, curve, anchors), _step_on(hardware, model, curve, anchors, drafter, engine)
     return tuple(scenario(dec, drafter, pipeline, accept, part, limit) for accept in accepts)
+
+
+@functools.lru_cache(maxsize=256)  # a fit predicts measurements of a few trees many times over
+def _step_on(
+    hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, anchors: Anchors, drafter: Drafter,
+    engine: NativeEngine | None,
+) -> Step:  # fmt: skip
+    dec = _decompose(hardware, model, curve, anchors)
+    return step(dec, drafter, kept(engine), _moe_time(hardware, model, curve, drafter.budget + 1))
 
 
 def derivation(*figures: Figure, found: dict[int, Figure] | None = None) -> list[Figure]:
@@ -630,6 +665,21 @@ def break_even(cal: Calibration, dec: Decomposition, rows: tuple[Scenario, ...])
 def accept_limit(block: int, budget: int) -> tuple[int, str]:
     """The largest mean accept length a tree allows, and the bound that sets it: (17, 'block+1 = 17')."""
     return (budget + 1, f"budget+1 = {budget + 1}") if budget <= block else (block + 1, f"block+1 = {block + 1}")
+
+
+def measured_drafter(cal: Calibration, m: Measurement) -> Drafter:
+    """The drafter a measurement ran: its drafter, with the block and budget the measurement gives."""
+    drafter = drafters(cal)[DRAFTERS.index(m.drafter or "current")]
+    return drafter._replace(block=m.block or drafter.block, budget=m.budget or drafter.budget)
+
+
+def predict(cal: Calibration, m: Measurement) -> tuple[Figure, Drafter | None]:
+    """The tok/s the model predicts for a measured configuration, and the drafter it ran (None for AR)."""
+    if m.drafter is None:
+        return ar_tok_s(cal, decompose(cal), m.pipeline), None
+    accept = given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept")
+    drafter = measured_drafter(cal, m)
+    return throughput(accept, step_on(cal, drafter, m.pipeline).step), drafter
 
 
 # --- The physical cross-check: the bytes the MoE must read ---
@@ -1029,6 +1079,35 @@ def _read_stronger_drafter(sd: _Reader) -> StrongerDrafter:
     return stronger
 
 
+def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
+    """The optional `measurements` list; an accept length is checked against its tree in _checked()."""
+    if "measurements" not in top.data:
+        top.raw("measurements", "a list", None)
+        return ()
+    found = []
+    for i, item in enumerate(top.items("measurements", fewest=0, most=MAX_MEASUREMENTS)):
+        entry = top.element(f"measurements[{i}]", item)
+        autoregressive = entry.string("decode", ("ddtree", "autoregressive"), "ddtree") == "autoregressive"
+        if autoregressive and (
+            tree := next((k for k in ("drafter", "block", "budget", "accept") if k in entry.data), None)
+        ):
+            raise entry.error(tree, f'an autoregressive run has no {tree}; expected it only with "decode": "ddtree"')
+        drafter = None if autoregressive else entry.string("drafter", DRAFTERS)
+        pipeline = entry.string("pipeline", PIPELINES)
+        block = budget = accept = None
+        if not autoregressive:
+            block = entry.count("block") if "block" in entry.data else None
+            budget = entry.count("budget") if "budget" in entry.data else None
+            accept = entry.number("accept", Domain(1.0, low_open=False))
+        tok_s = entry.number("tok_s")
+        default_label = f"AR/{pipeline}" if autoregressive else f"{drafter}/{pipeline}@{accept:g}"
+        label = entry.string("label", default=default_label)
+        source = entry.data.get("source", "")
+        entry.finish()
+        found.append(Measurement(label, drafter, pipeline, block, budget, accept, tok_s, str(source), entry.path))
+    return tuple(found)
+
+
 def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
     """The optional `ranges` section: {path: {low, high} or {relative}, each with a source}.
 
@@ -1082,7 +1161,10 @@ OPTIONAL_SECTIONS: dict[str, Callable[[_Reader | None], object]] = {
     "sglang": _read_sglang,
     "ranges": _read_ranges,
 }
-SECTION_ORDER = ("hardware", "model", "moe_curve", "anchors", "native_engine", "sglang", "stronger_drafter", "ranges")
+SECTION_ORDER = (
+    *("hardware", "model", "moe_curve", "anchors", "native_engine", "sglang", "stronger_drafter"),
+    *("measurements", "ranges"),
+)
 
 
 def parse_calibration(data: object) -> Calibration:
@@ -1111,6 +1193,8 @@ def reread(cal: Calibration, doc: object, keys: Iterable[str]) -> Calibration:
 
 
 def _read_section(top: _Reader, key: str) -> object:
+    if key == "measurements":  # a list, not an object
+        return _read_measurements(top)
     optional = OPTIONAL_SECTIONS.get(key)
     return optional(top.optional_child(key)) if optional else SECTIONS[key](top.child(key))
 
@@ -1121,6 +1205,10 @@ def _checked(cal: Calibration) -> Calibration:
         raise CalibrationError(
             "moe_curve.fit", '"experts" counts distinct experts; expected a `model` section beside it'
         )
+    for m in cal.measurements:
+        if m.drafter and m.accept is not None:
+            drafter = measured_drafter(cal, m)
+            _accept(m.accept, f"{m.origin}.accept", drafter.block, drafter.budget)
     return cal
 
 
@@ -1360,20 +1448,30 @@ def parse_override(text: str) -> Override:
 
 
 class ScenarioSpec(NamedTuple):
-    """A scenario named on the command line: 'stronger/native@14'; accept None means the default."""
+    """A scenario named on the command line: 'stronger/native@14'; accept None means the default.
+
+    With autoregressive=True (--measured) the drafter may also be "ar": 'ar/native', an AR run.
+    """
 
     drafter: str
     pipeline: str
     accept: float | None
 
     @staticmethod
-    def parse(option: str, text: str) -> "ScenarioSpec":
-        head, _, accept_text = text.partition("@")
+    def parse(option: str, text: str, autoregressive: bool = False) -> "ScenarioSpec":
+        head, at, accept_text = text.partition("@")
         drafter, _, pipeline = head.partition("/")
-        if drafter not in DRAFTERS or pipeline not in PIPELINES:
+        known = (*DRAFTERS, "ar") if autoregressive else DRAFTERS
+        if drafter == "ar" and at and autoregressive:
+            raise CalibrationError(
+                "", "an autoregressive run takes no @ACCEPT: it commits one token a step; expected e.g. ar/native",
+                file=f"{option} {text}",
+            )  # fmt: skip
+        if drafter not in known or pipeline not in PIPELINES:
+            also = ", or ar/PIPELINE for an autoregressive run" if autoregressive else ""
             raise CalibrationError(
                 "", f"expected DRAFTER/PIPELINE[@ACCEPT] with DRAFTER in {', '.join(DRAFTERS)} and PIPELINE in "
-                f"{', '.join(PIPELINES)}, e.g. stronger/native@14", file=f"{option} {text}",
+                f"{', '.join(PIPELINES)}, e.g. stronger/native@14{also}", file=f"{option} {text}",
             )  # fmt: skip
         accept = None
         if accept_text:
@@ -1588,86 +1686,354 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     )
 
 
-# --- Solving an assumption from a measurement ---
+# --- Calibrating from measurements: the track record, the fit, and --solve as the fit of one value ---
 
 
-class Solution(NamedTuple):
+class Prediction(NamedTuple):
+    """A measured throughput beside what the model predicts for it."""
+
+    measurement: Measurement
+    block: int | None  # the tree it ran: the measurement's own, else its drafter's; None for AR
+    budget: int | None
+    m: int  # the verify batch: budget + 1, or 1 for an autoregressive run
+    predicted_tok_s: float
+    relative_error: float  # predicted / measured - 1
+    residual: float  # ln(predicted) - ln(measured): what the fit makes small
+    figure: Figure  # the predicted tok/s, with its derivation
+
+
+def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = None) -> tuple[Prediction, ...]:
+    """Every measurement (by default the calibration's) with the model's prediction for it."""
+    found = []
+    for m in cal.measurements if measurements is None else measurements:
+        predicted, tree = predict(cal, m)
+        ratio = predicted.value / m.tok_s
+        block, budget = (None, None) if tree is None else (tree.block, tree.budget)
+        batch = 1 if budget is None else budget + 1
+        found.append(Prediction(m, block, budget, batch, predicted.value, ratio - 1, math.log(ratio), predicted))
+    return tuple(found)
+
+
+def rms(values: Iterable[float]) -> float | None:
+    """The root mean square, or None of nothing: rms([0.03, -0.04]) is about 0.0354."""
+    values = list(values)
+    return math.sqrt(sum(v * v for v in values) / len(values)) if values else None
+
+
+class FitValue(NamedTuple):
     path: str
     value: float
-    previous: float  # the value in force before solving
-    observed: float
-    scenario: str
+    previous: float
+    low: float | None  # the calibration's range for it, if it has one
+    high: float | None
+
+
+class Fit(NamedTuple):
+    """The values of some assumptions that best explain the measurements, and how well they do."""
+
+    values: tuple[FitValue, ...]
+    before: tuple[Prediction, ...]  # at the values in force before the fit
+    after: tuple[Prediction, ...]
+    loo_residuals: tuple[float | None, ...]  # each measurement's residual when the fit is made without it
+    other_roots: tuple[float, ...]  # one value, one measurement: further values that fit exactly
     method: str
-    other_values: tuple[float, ...]  # further values that also fit, when the estimate is not monotonic
+    warnings: tuple[str, ...]
+
+    @property
+    def rms_before(self) -> float | None:
+        return rms(p.relative_error for p in self.before)
+
+    @property
+    def rms_after(self) -> float | None:
+        return rms(p.relative_error for p in self.after)
 
 
-def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, observed: float) -> Solution:
-    """The value of one assumption at which a scenario's estimate equals an observed tok/s.
-
-    tok/s = 1000 * accept / step, and most assumptions enter the step linearly: when three spread
-    probes show that, the value is found in closed form and checked. Otherwise the assumption's
-    domain is scanned for sign changes of estimate - observed, and each is bisected.
-    """
+def fittable(cal: Calibration, path_text: str, option: str) -> tuple[PathSegments, Domain]:
+    """A key path that --fit and --solve may vary: a continuous number of the calibration, not a range."""
     path = parse_path(path_text)
     key = format_path(path)
-    candidates = [k for k, d in cal.domains.items() if not d.integer and not k.startswith("ranges.")]
-    if key not in candidates:
-        hint = _unknown(key, candidates, "expected the key path of a number, e.g. native_engine.overhead_cut")
-        message = (
-            "is a whole number; --solve needs a continuous one"
-            if key in cal.domains
-            else f"not a number of the calibration ({hint})"
-        )
-        raise CalibrationError(key, message, file="--solve")
-    domain, previous = cal.domains[key], number_at(doc, path)
-    target = scenario_for(cal, spec, "--observed")
-    label, wanted_step = target.label, 1000.0 * target.accept / observed
+    candidates = [k for k, d in cal.domains.items() if not d.integer and not k.startswith(("ranges.", "measurements"))]
+    if key in candidates:
+        return path, cal.domains[key]
+    if key in cal.domains and cal.domains[key].integer:
+        raise CalibrationError(key, f"is a whole number; {option} needs a continuous one", file=option)
+    if key in cal.domains:
+        section = "measurements" if key.startswith("measurements") else "ranges"
+        message = f"is in `{section}`, not an assumption of the model; expected e.g. native_engine.overhead_cut"
+        raise CalibrationError(key, message, file=option)
+    hint = _unknown(key, candidates, "expected the key path of a number, e.g. native_engine.overhead_cut")
+    raise CalibrationError(key, f"not a number of the calibration ({hint})", file=option)
 
-    def at(value: float) -> Scenario | None:
-        """The scenario with the assumption at this value; None where the calibration is invalid there."""
+
+def fit(
+    doc: object, cal: Calibration, paths: Sequence[str], measurements: Sequence[Measurement], option: str = "--fit"
+) -> Fit:
+    """Least squares of ln(predicted) - ln(measured) over the measurements, each value kept inside its domain.
+
+    Levenberg-Marquardt on a forward-difference Jacobian: a few values, at most 100 measurements. One value
+    and one measurement (--solve) is a root of the residual instead, and every root over the domain is found.
+    """
+    keys = [fittable(cal, p, option) for p in paths]
+    names = [format_path(path) for path, _ in keys]
+    if twice := [name for i, name in enumerate(names) if name in names[:i]]:
+        raise CalibrationError(twice[0], "is given twice; expected each value once", file=option)
+    if not measurements:
+        raise CalibrationError(
+            "", "the calibration logs no measurements to fit; expected a `measurements` list in the file, or "
+            "--measured SCENARIO=TOK_S", file=option,
+        )  # fmt: skip
+    if len(measurements) < len(keys):
+        raise CalibrationError(
+            "", f"{len(measurements)} measurement{'s' if len(measurements) > 1 else ''} cannot fit {len(keys)} values; "
+            "expected at least as many measurements as values", file=option,
+        )  # fmt: skip
+    start = [number_at(doc, path) for path, _ in keys]
+
+    def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
         try:
-            return scenario_for(recalibrate(doc, cal, [(path, value)])[1], spec, "--observed")
-        except CalibrationError:
+            at = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
+            return [p.residual for p in predictions(at, among)]
+        except CalibrationError:  # a value at which the calibration does not hold
             return None
 
-    def gap(value: float) -> float | None:
-        """Estimated over observed tok/s, less 1: relative, so that huge and tiny observations compare alike."""
-        row = at(value)
-        return None if row is None else row.tok_s / observed - 1
+    domains = [domain for _, domain in keys]
+    r0 = residuals(start)
+    assert r0 is not None  # the calibration in force holds
+    roots: list[float] = []
+    if len(keys) == 1 and len(measurements) == 1:  # --solve: every root, not only the nearest minimum
 
+        def gap(value: float) -> float | None:
+            r = residuals([value])
+            return None if r is None else r[0]
+
+        roots, method = _roots(gap, domains[0], start[0], names[0], measurements[0], option)
+        values = [roots.pop(0)]
+    else:
+        _check_identifiable(_jacobian(residuals, start, r0, domains), names, measurements, option)
+        values, method = (
+            _levenberg_marquardt(residuals, start, r0, domains),
+            "least squares of ln tok/s (Levenberg-Marquardt)",
+        )
+    loo: list[float | None] = [None] * len(measurements)
+    if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
+        r_full = residuals(values)
+        assert r_full is not None
+        j_full = _jacobian(residuals, values, r_full, domains)
+        for i, left_out in enumerate(measurements):
+            rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
+            columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
+            try:
+                _check_identifiable(columns, names, rest, option)
+            except CalibrationError:  # without it the values cannot be told apart: no refit
+                continue
+            refit = _levenberg_marquardt(functools.partial(residuals, among=rest), values, r_rest, domains, columns)
+            r_out = residuals(refit, [left_out])
+            loo[i] = None if r_out is None else r_out[0]
+    fitted = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
+    ranges = {r.path: r for r in cal.ranges or ()}
+    fit_values = tuple(
+        FitValue(
+            name,
+            value,
+            before,
+            ranges[name].low if name in ranges else None,
+            ranges[name].high if name in ranges else None,
+        )
+        for name, value, before in zip(names, values, start, strict=True)
+    )
+    warnings = [
+        f"{option} {v.path}: the fitted value {v.value:.6g} lies outside its range in the calibration, {r.low:g} to "
+        f"{r.high:g} ({r.source}); the measurements and that assumption disagree"
+        for v in fit_values if (r := ranges.get(v.path)) and not r.low <= v.value <= r.high
+    ]  # fmt: skip
+    warnings += [
+        f"{option} {v.path}: {v.value:.6g} lies on the edge of the values it may take ({d.describe()})"
+        for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d)
+    ]  # fmt: skip
+    return Fit(fit_values, predictions(cal, measurements), predictions(fitted, measurements), tuple(loo),
+               tuple(roots), method, tuple(warnings))  # fmt: skip
+
+
+def _at_edge(value: float, domain: Domain) -> bool:
+    return any(
+        math.isfinite(end) and abs(value - end) <= 1e-6 * max(abs(end), 1e-9) for end in (domain.low, domain.high)
+    )
+
+
+def _inside(value: float, domain: Domain) -> float:
+    """The value moved into its domain, just inside an open end."""
+    margin = 1e-9 * max(abs(domain.low), abs(domain.high) if math.isfinite(domain.high) else abs(value), 1e-9)
+    low = domain.low + (margin if domain.low_open else 0.0)
+    high = domain.high - (margin if domain.high_open else 0.0)
+    return min(max(value, low), high)
+
+
+Residuals = Callable[[Sequence[float]], "list[float] | None"]
+
+
+def _jacobian(
+    residuals: Residuals, values: Sequence[float], r0: Sequence[float], domains: Sequence[Domain]
+) -> list[list[float]]:
+    """Forward differences, one column per value (backward where forward leaves the domain)."""
+    columns = []
+    for j, (value, domain) in enumerate(zip(values, domains, strict=True)):
+        step = 1e-6 * max(abs(value), 1e-6)
+        for h in (step, -step):
+            moved = [*values[:j], value + h, *values[j + 1 :]]
+            if value + h in domain and (r := residuals(moved)) is not None:
+                columns.append([(a - b) / h for a, b in zip(r, r0, strict=True)])
+                break
+        else:
+            columns.append([0.0] * len(r0))
+    return columns
+
+
+def _check_identifiable(
+    columns: list[list[float]], names: Sequence[str], measurements: Sequence[Measurement], option: str
+) -> None:
+    """Each value moves some measurement, and no two move them alike: else name those at fault.
+
+    The columns are scaled to unit length and a singular value below 1e-6 of the largest counts as zero.
+    """
+    norms = [math.sqrt(sum(x * x for x in col)) for col in columns]
+    for name, norm in zip(names, norms, strict=True):
+        if norm <= 1e-12 * max(norms):
+            said = (
+                f"{measurements[0].label} does not depend on it" if len(measurements) == 1
+                else f"none of the {len(measurements)} measurements depends on it"
+            )  # fmt: skip
+            raise CalibrationError(name, f"{said}; expected a value that moves some prediction", file=option)
+    sigma, v = _singular_values([[x / n for x in col] for col, n in zip(columns, norms, strict=True)])
+    smallest = min(range(len(sigma)), key=sigma.__getitem__)
+    if sigma[smallest] < 1e-6 * max(sigma):
+        alike = [name for name, weight in zip(names, v[smallest], strict=True) if abs(weight) > 0.1]
+        raise CalibrationError(
+            "", f"the measurements cannot tell {' and '.join(alike)} apart: a change in one is undone by a change in "
+            f"the other{'s' if len(alike) > 2 else ''}; fit one of them (the others stay as they are), or add "
+            "measurements that move them differently", file=option,
+        )  # fmt: skip
+
+
+def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list[float]]]:
+    """One-sided Jacobi: the singular values of a matrix given by its columns, and the right singular vectors."""
+    u, p = [list(col) for col in columns], len(columns)
+    v = [[float(i == j) for j in range(p)] for i in range(p)]  # v[k] is the k-th right singular vector
+    for _ in range(60):
+        rotated = False
+        for a, b in itertools.combinations(range(p), 2):
+            alpha, beta = sum(x * x for x in u[a]), sum(x * x for x in u[b])
+            gamma = sum(x * y for x, y in zip(u[a], u[b], strict=True))
+            if abs(gamma) <= 1e-15 * math.sqrt(alpha * beta):
+                continue
+            rotated = True
+            zeta = (beta - alpha) / (2 * gamma)
+            t = math.copysign(1.0, zeta) / (abs(zeta) + math.sqrt(1 + zeta * zeta))
+            c = 1 / math.sqrt(1 + t * t)
+            s = c * t
+            u[a], u[b] = (
+                [c * x - s * y for x, y in zip(u[a], u[b], strict=True)],
+                [s * x + c * y for x, y in zip(u[a], u[b], strict=True)],
+            )
+            v[a], v[b] = (
+                [c * x - s * y for x, y in zip(v[a], v[b], strict=True)],
+                [s * x + c * y for x, y in zip(v[a], v[b], strict=True)],
+            )
+        if not rotated:
+            break
+    return [math.sqrt(sum(x * x for x in col)) for col in u], v
+
+
+def _levenberg_marquardt(
+    residuals: Residuals, start: Sequence[float], r0: Sequence[float], domains: Sequence[Domain],
+    columns: list[list[float]] | None = None,
+) -> list[float]:  # fmt: skip
+    """Minimise the sum of squared residuals from `start`, each value kept inside its domain.
+
+    `columns` is the Jacobian at `start` when the caller has it. It stops when a step no longer lowers
+    the cost by more than float noise, or no longer moves the values.
+    """
+    values, r, cost, damping = list(start), list(r0), sum(x * x for x in r0), 1e-3
+    for _ in range(100):
+        columns = columns or _jacobian(residuals, values, r, domains)
+        a = [[sum(x * y for x, y in zip(ci, cj, strict=True)) for cj in columns] for ci in columns]
+        g = [sum(x * y for x, y in zip(col, r, strict=True)) for col in columns]
+        while True:
+            damped = [[a[i][j] + (damping * a[i][j] if i == j else 0.0) for j in range(len(a))] for i in range(len(a))]
+            trial = [
+                _inside(x + d, domain)
+                for x, d, domain in zip(values, _solve_linear(damped, [-x for x in g]), domains, strict=True)
+            ]
+            moved = max(abs(t - x) / max(abs(x), 1e-12) for t, x in zip(trial, values, strict=True))
+            if moved <= 1e-13 or damping > 1e12:
+                return values  # no step left to take: a minimum, as far as floats tell
+            if (rt := residuals(trial)) is not None and (ct := sum(x * x for x in rt)) < cost:
+                break
+            damping *= 10
+        converged = cost - ct <= 1e-12 * cost or ct <= 1e-30 or moved <= 1e-10
+        values, r, cost, damping, columns = trial, rt, ct, max(damping / 10, 1e-12), None
+        if converged:
+            return values
+    return values
+
+
+def _solve_linear(a: list[list[float]], b: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting: the x with a x = b (a is small and positive definite here)."""
+    n = len(b)
+    m = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
+    for k in range(n):
+        pivot = max(range(k, n), key=lambda i: abs(m[i][k]))
+        m[k], m[pivot] = m[pivot], m[k]
+        for i in range(k + 1, n):
+            f = m[i][k] / m[k][k] if m[k][k] else 0.0
+            m[i] = [x - f * y for x, y in zip(m[i], m[k], strict=True)]
+    x = [0.0] * n
+    for k in reversed(range(n)):
+        x[k] = (m[k][n] - sum(m[k][j] * x[j] for j in range(k + 1, n))) / m[k][k] if m[k][k] else 0.0
+    return x
+
+
+def _roots(
+    gap: Callable[[float], float | None], domain: Domain, previous: float, name: str, m: Measurement, option: str
+) -> tuple[list[float], str]:
+    """Every value where the residual of one measurement is zero, the nearest to the value in force first.
+
+    1 / tok/s is the step over the accept length, and most assumptions enter the step linearly: when
+    three spread probes show that, the value is found in closed form and checked. Otherwise the
+    domain is scanned for sign changes of the residual, and each is bisected.
+    """
     bounded = math.isfinite(domain.high)
     span = domain.high - domain.low if bounded else (previous - domain.low if previous > domain.low else 1.0)
     probes = [domain.low + f * span for f in ((0.1, 0.5, 0.9) if bounded else (0.5, 1.0, 2.0))]
-    rows = [row for v in probes if (row := at(v)) is not None]
-    if len(rows) == 3:  # tok/s = 1000 * accept / step, and most assumptions enter the step linearly
-        (s0, s1, s2), (v0, v1, v2) = [row.step_ms for row in rows], probes
-        slope = (s1 - s0) / (v1 - v0)
-        if slope != 0 and abs(s0 + slope * (v2 - v0) - s2) <= 1e-9 * abs(s2):
-            value = v0 + (wanted_step - s0) / slope
+    inverse = [1 / (m.tok_s * math.exp(g)) for v in probes if (g := gap(v)) is not None]
+    if len(inverse) == 3:
+        (i0, i1, i2), (v0, v1, v2) = inverse, probes
+        slope = (i1 - i0) / (v1 - v0)
+        if slope != 0 and abs(i0 + slope * (v2 - v0) - i2) <= 1e-9 * abs(i2):
+            value = v0 + (1 / m.tok_s - i0) / slope
             if value not in domain:
                 raise CalibrationError(
-                    key, f"{label} reaches {observed:g} tok/s only at {value:.6g}, outside the values it may take "
-                    f"({domain.describe()})", file="--solve",
+                    name, f"{m.label} reaches {m.tok_s:g} tok/s only at {value:.6g}, outside the values it may take "
+                    f"({domain.describe()})", file=option,
                 )  # fmt: skip
             if (g := gap(value)) is not None and abs(g) <= 1e-9:
-                return Solution(key, value, previous, observed, label, "closed form (the step is linear in it)", ())
-
+                return [value], "closed form (the step is linear in it)"
     if bounded:
         grid = [domain.low + span * i / 400 for i in range(401)]
     else:  # geometric, 2^-20 to 2^20 times the distance of the value in force from the domain's low end
         grid = [domain.low + span * 2.0 ** (k / 8) for k in range(-160, 161)]
-    tok_s = [row.tok_s for v in grid if v in domain and (row := at(v)) is not None]
-    if tok_s and max(tok_s) - min(tok_s) <= 1e-9 * max(tok_s):
-        raise CalibrationError(key, f"{label} does not depend on it (it stays at {tok_s[0]:.6g} tok/s)", file="--solve")
-    roots, _ = crossings(gap, [v for v in grid if v in domain])
-    if not roots:
-        tried = f"{min(tok_s):.6g} to {max(tok_s):.6g} tok/s" if tok_s else "no valid value"
+    roots, seen = crossings(gap, [v for v in grid if v in domain])
+    reached = [m.tok_s * math.exp(g) for g in seen]  # the predicted tok/s over the domain
+    if reached and max(reached) - min(reached) <= 1e-9 * max(reached):
         raise CalibrationError(
-            key, f"no value it may take ({domain.describe()}) brings {label} to {observed:g} tok/s; over the values "
-            f"tried it gives {tried}", file="--solve",
+            name, f"{m.label} does not depend on it (it stays at {reached[0]:.6g} tok/s)", file=option
+        )
+    if not roots:
+        tried = f"{min(reached):.6g} to {max(reached):.6g} tok/s" if reached else "no valid value"
+        raise CalibrationError(
+            name, f"no value it may take ({domain.describe()}) brings {m.label} to {m.tok_s:g} tok/s; over the values "
+            f"tried it gives {tried}", file=option,
         )  # fmt: skip
-    roots.sort(key=lambda v: abs(v - previous))
-    return Solution(key, roots[0], previous, observed, label, "bisection", tuple(roots[1:]))
+    return sorted(roots, key=lambda v: abs(v - previous)), "bisection"
 
 
 def crossings(gap: Callable[[float], float | None], grid: list[float]) -> tuple[list[float], list[float]]:
@@ -1686,6 +2052,60 @@ def crossings(gap: Callable[[float], float | None], grid: list[float]) -> tuple[
             a, ga, b = (mid, gm, b) if (gm < 0) == (ga < 0) else (a, ga, mid)
         roots.append(mid if gm == 0 else (a + b) / 2)
     return sorted(roots), [g for _, g in seen]
+
+
+class Solution(NamedTuple):
+    path: str
+    value: float
+    previous: float  # the value in force before solving
+    observed: float
+    scenario: str
+    method: str
+    other_values: tuple[float, ...]  # further values that also fit, when the estimate is not monotonic
+
+
+def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:
+    """A throughput named on the command line (--observed, --measured), as a measurement."""
+    text = (
+        f"{option} {spec.drafter}/{spec.pipeline}"
+        + (f"@{spec.accept:g}" if spec.accept is not None else "")
+        + f"={tok_s:g}"
+    )
+    if spec.drafter == "ar":
+        return Measurement(f"AR/{spec.pipeline}", None, spec.pipeline, None, None, None, tok_s, text, text)
+    row = scenario_for(cal, spec, option)
+    return Measurement(row.label, spec.drafter, spec.pipeline, None, None, row.accept, tok_s, text, text)
+
+
+def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, observed: float) -> tuple[Solution, Fit]:
+    """The value of one assumption at which a scenario's estimate equals an observed tok/s: the fit of one value.
+
+    Default data: current/native = 463 tok/s needs overhead_cut = 0.4005.
+    """
+    m = observation(cal, spec, observed, "--observed")
+    result = fit(doc, cal, [path_text], [m], "--solve")
+    (v,) = result.values
+    return Solution(v.path, v.value, v.previous, observed, m.label, result.method, result.other_roots), result
+
+
+def log_measured(
+    doc: object, cal: Calibration, measured: Sequence[tuple[ScenarioSpec, float]]
+) -> tuple[object, Calibration]:
+    """The document and calibration with the --measured throughputs added to its `measurements` list."""
+    if not measured:
+        return doc, cal
+    if len(cal.measurements) + len(measured) > MAX_MEASUREMENTS:
+        raise CalibrationError(
+            "", f"the calibration logs {len(cal.measurements)} measurements and --measured adds {len(measured)}; "
+            f"expected at most {MAX_MEASUREMENTS} in all", file="--measured",
+        )  # fmt: skip
+    entries = []
+    for spec, tok_s in measured:
+        m = observation(cal, spec, tok_s, "--measured")
+        kind = {"drafter": m.drafter, "accept": m.accept} if m.drafter else {"decode": "autoregressive"}
+        entries.append({"label": m.label, **kind, "pipeline": m.pipeline, "tok_s": tok_s, "source": m.source})
+    logged = get_path(doc, ("measurements",)) if isinstance(doc, dict) and "measurements" in doc else []
+    return recalibrate(doc, cal, [(("measurements",), [*logged, *entries])])  # type: ignore[misc]
 
 
 # --- Warnings: inputs that ask more than the hardware can give ---
@@ -1734,6 +2154,8 @@ class Options(NamedTuple):
     sensitivity: ScenarioSpec | None = None
     solve: str | None = None
     observed: tuple[ScenarioSpec, float] | None = None
+    measured: tuple[tuple[ScenarioSpec, float], ...] = ()  # throughputs --measured adds to the calibration's log
+    fit: tuple[str, ...] = ()  # key paths to fit to the measurements
     headline_band: bool = False  # the uncertainty band of the headline estimate, when the output shows it
 
 
@@ -1759,17 +2181,19 @@ class Report(NamedTuple):
     provenance: Provenance
     estimate: Estimate
     headline: Headline
+    track_record: tuple[Prediction, ...]  # each logged measurement beside the prediction in force
+    fit: Fit | None  # --fit: the fitted values, and the measurements before and after
     solve: Solution | None
     sensitivity: Sensitivity | None
     sweep: SweepPlan | None
     warnings: tuple[str, ...]  # inputs that contradict themselves; printed on stderr, the exit status stays 0
-    document: object  # the calibration document in force (after --set and --solve), for its sources
+    document: object  # the calibration document in force (after --set, --measured, --fit and --solve)
     changed: dict[str, str]  # each key path an option changed, and the option: "--set native_engine.overhead_cut=0.3"
     original: object  # the document as the file has it, for what an option changed
 
 
 def build_report(options: Options) -> Report:
-    """Load, override, solve, estimate and analyse: everything a run does except printing."""
+    """Load, override, fit, estimate and analyse: everything a run does except printing."""
     path = options.calibration or default_calibration_path()
     file = options.calibration or display_name(path)
     label = file + "".join(f" with --set {o.text}" for o in options.overrides)
@@ -1778,10 +2202,14 @@ def build_report(options: Options) -> Report:
         doc = original
         for override in options.overrides:
             doc = set_path(doc, override.path, override.value)
-        cal, solution = parse_calibration(doc), None
+        doc, cal = log_measured(doc, parse_calibration(doc), options.measured)
+        solution, fitted = None, None
         if options.solve and options.observed:
-            solution = solve(doc, cal, options.solve, *options.observed)
-            doc, cal = recalibrate(doc, cal, [(parse_path(options.solve), solution.value)])
+            solution, fitted = solve(doc, cal, options.solve, *options.observed)
+        elif options.fit:
+            fitted = fit(doc, cal, options.fit, cal.measurements)
+        if fitted:
+            doc, cal = recalibrate(doc, cal, [(parse_path(v.path), v.value) for v in fitted.values])
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
         sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
@@ -1790,12 +2218,15 @@ def build_report(options: Options) -> Report:
         exc.file = exc.file or label
         raise
     warnings = [message for _, message in physical_warnings(cal, est.scenarios)] + list(sweep.warnings if sweep else ())
-    warnings += solved_outside_its_range(cal, solution)
+    warnings += fitted.warnings if fitted else ()
     changed = {format_path(o.path): f"--set {o.text}" for o in options.overrides}
     changed |= {format_path(s.path): f"--sweep {s.text}" for s in options.sweeps}
-    changed |= {solution.path: f"--solve {solution.path}"} if solution else {}
+    changed |= {v.path: f"{'--solve' if solution else '--fit'} {v.path}" for v in fitted.values} if fitted else {}
     provenance = Provenance(file, digest, __version__, tuple(o.text for o in options.overrides))
-    return Report(provenance, est, top, solution, sens, sweep, tuple(dict.fromkeys(warnings)), doc, changed, original)
+    return Report(
+        provenance, est, top, predictions(cal), None if solution else fitted, solution, sens, sweep,
+        tuple(dict.fromkeys(warnings)), doc, changed, original,
+    )  # fmt: skip
 
 
 def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool) -> Headline:
@@ -1807,20 +2238,6 @@ def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool) -> Hea
         spread = sensitivity(doc, cal, ScenarioSpec("stronger", "native", None), every_corner=False)
     runnable = {p: rows for p, rows in stronger.items() if rows[0].runnable}
     return Headline(rows["current", "sglang"], rows["current", "native"], runnable, spread)
-
-
-def solved_outside_its_range(cal: Calibration, solution: Solution | None) -> list[str]:
-    """A solved value outside the range the calibration gives that assumption: worth a word, not an error."""
-    ranges = {r.path: r for r in cal.ranges or ()}
-    if solution is None or solution.path not in ranges:
-        return []
-    r = ranges[solution.path]
-    if r.low <= solution.value <= r.high:
-        return []
-    return [
-        f"--solve {solution.path}: the value that matches, {solution.value:.6g}, lies outside its range in the "
-        f"calibration, {r.low:g} to {r.high:g} ({r.source}); the measurement and that assumption disagree"
-    ]
 
 
 # === Rendering: every renderer reads the report and formats it; none calls the model ===
@@ -1993,6 +2410,16 @@ def headline_lines(report: Report) -> list[str]:
             f"Uncertainty: over the ranges in the calibration, {b.scenario} ({b.tok_s:.0f} tok/s) spans "
             f"{b.tok_s_min:.0f} to {b.tok_s_max:.0f} tok/s "
             f"({b.tok_s_min / b.tok_s - 1:+.0%} / {b.tok_s_max / b.tok_s - 1:+.0%})."
+        )
+    record = report.track_record
+    if record:
+        at = " at the fitted values" if report.fit else " at the solved value" if report.solve else ""
+        worst = max(record, key=lambda p: abs(p.relative_error))
+        error = rms(p.relative_error for p in record) or 0.0
+        logged = f"the {len(record)} logged measurement{'s' if len(record) > 1 else ''}"
+        lines.append(
+            f"Track record: the model predicts {logged}{at} within {error:.1%} RMS (worst: "
+            f"{worst.measurement.label}, {worst.relative_error:+.1%})."
         )
     return lines
 
@@ -2222,9 +2649,67 @@ def solve_section(report: Report, style: Style) -> Section:
     )
 
 
+def fit_section(report: Report, style: Style) -> Section:
+    """The fitted values, then every measurement before and after the fit, with its leave-one-out residual."""
+    fit = report.fit
+    assert fit is not None
+    values = [
+        Column("assumption", lambda v: v.path),
+        Column("before", lambda v: f"{v.previous:g}", "s"),
+        Column("fitted", lambda v: f"{v.value:.6g}", "s"),
+        Column("range", lambda v: "" if v.low is None else f"{v.low:g} - {v.high:g}", "s"),
+    ]
+    left_out = len(fit.before) > len(fit.values)
+    measurements = [  # a row: (prediction before, prediction after, leave-one-out residual)
+        Column("measurement", lambda r: r[0].measurement.label),
+        Column("tok/s", lambda r: r[0].measurement.tok_s, ".1f"),
+        Column("before", lambda r: r[0].predicted_tok_s, ".1f"),
+        Column("after", lambda r: r[1].predicted_tok_s, ".1f"),
+        Column("error", lambda r: r[1].relative_error, "+.1%"),
+        Column("residual", lambda r: r[1].residual, "+.4f"),
+        *([Column("left out", lambda r: r[2], "+.4f")] if left_out else []),
+    ]
+    rows = list(zip(fit.before, fit.after, fit.loo_residuals, strict=True))
+    title = (
+        f"Fit of {len(fit.values)} value{'s' if len(fit.values) > 1 else ''} to {len(fit.before)} measurements: "
+        f"{fit.method}; RMS error {fit.rms_before:.1%} before, {fit.rms_after:.1%} after. Every figure below "
+        "uses the fitted values."
+    )
+    key = (
+        "tok/s: measured; before, after: predicted with the values before and after the fit; error: after / "
+        "measured - 1; residual: ln(after / measured)"
+    )
+    if left_out:
+        key += "; left out: the residual when the fit is made without that measurement (empty where it cannot be)"
+    if fit.other_roots:
+        key += f"; other values fit too: {', '.join(f'{v:.6g}' for v in fit.other_roots)} (not monotonic in it)"
+    body = f"{table(fit.values, values, style)}\n\n{table(rows, measurements, style)}\n\n{style.wrap(key + '.')}"
+    return Section("Fit", title, body)
+
+
+def measurements_section(report: Report, style: Style) -> Section:
+    """The model's track record: each logged measurement beside its prediction."""
+    columns = [
+        Column("measurement", lambda p: p.measurement.label),
+        Column("M", lambda p: p.m, "d"),
+        Column("accept", lambda p: p.measurement.accept, "g"),
+        Column("tok/s", lambda p: p.measurement.tok_s, ".1f"),
+        Column("predicted", lambda p: p.predicted_tok_s, ".1f"),
+        Column("error", lambda p: p.relative_error, "+.1%"),
+        Column("source", lambda p: p.measurement.source),
+    ]
+    error = rms(p.relative_error for p in report.track_record) or 0.0
+    title = (
+        f"Measurements: the model's track record, {error:.1%} RMS; tok/s measured and predicted, error = "
+        "predicted / measured - 1"
+    )
+    return Section("Measurements", title, table(report.track_record, columns, style))
+
+
 def sections(report: Report, style: Style) -> list[Section]:
     """The report's tables, in the order every format prints them: what a design note needs, then the rest."""
     parts = [solve_section(report, style)] if report.solve else []
+    parts += [fit_section(report, style)] if report.fit else []
     if report.sweep is not None:
         return [*parts, sweep_section(report, style)]
     parts += [calibration_section(report, style), *drafter_sections(report, style)]
@@ -2235,7 +2720,8 @@ def more_sections(report: Report, style: Style) -> list[Section]:
     """What --all adds, after the chart."""
     if not style.everything or report.sweep is not None:
         return []
-    return [break_even_section(report, style), chain_alpha_section(report, style), *physical_sections(report, style)]
+    parts = [break_even_section(report, style), chain_alpha_section(report, style), *physical_sections(report, style)]
+    return parts + ([measurements_section(report, style)] if report.track_record and not report.fit else [])
 
 
 def notes(report: Report, style: Style) -> list[str]:
@@ -2270,7 +2756,9 @@ def notes(report: Report, style: Style) -> list[str]:
             "drafter's cost and accept lengths are assumptions; a `ranges` section in the calibration gives a band."
         )
     if not style.everything and report.sweep is None:
-        found.append("--all adds break-even accept, the physical cross-check and the MoE floor.")
+        adds = ["break-even accept", "the physical cross-check", "the MoE floor"]
+        adds += ["the measurements table"] if report.track_record and not report.fit else []
+        found.append(f"--all adds {', '.join(adds[:-1])} and {adds[-1]}.")
     return found
 
 
@@ -2402,7 +2890,9 @@ def _assumption_list(report: Report) -> str:
         if isinstance(node, dict) and not (path and isinstance(path[-1], int)):
             source = own if isinstance(own := node.get("source"), str) else source
             for key, value in node.items():
-                if key in ("source", "note", "schema_version", "ranges") or key.endswith(("_source", "_note")):
+                if key in ("source", "note", "schema_version", "ranges", "measurements") or key.endswith(
+                    ("_source", "_note")
+                ):
                     continue
                 if not path:  # a section: its heading and its own source
                     section_source = value.get("source", "") if isinstance(value, dict) else ""
@@ -2450,6 +2940,8 @@ def report_json(report: Report) -> dict[str, object]:
         "moe_fit": {"kind": cal.moe_curve.fit},
         "scenarios": [_scenario_json(row) for row in est.scenarios],
         "break_even": [dict(zip(BreakEven._fields[:-1], b, strict=False)) for b in est.break_even],
+        "measurements": [_measurement_json(p) for p in report.track_record],
+        "measurements_rms_relative_error": rms(p.relative_error for p in report.track_record),
         "roofline": None,
         "warnings": list(report.warnings),
     }
@@ -2472,6 +2964,29 @@ def report_json(report: Report) -> dict[str, object]:
         }
     if report.solve:
         document["solve"] = {**report.solve._asdict(), "other_values": list(report.solve.other_values)}
+    if report.fit:
+        least = report.fit
+        document["fit"] = {
+            "paths": [v.path for v in least.values],
+            "values": [v.value for v in least.values],
+            "previous": [v.previous for v in least.values],
+            "ranges": [None if v.low is None else [v.low, v.high] for v in least.values],
+            "method": least.method,
+            "other_values": list(least.other_roots),
+            "rms_before": least.rms_before,
+            "rms_after": least.rms_after,
+            "measurements": [
+                {
+                    **_measurement_json(after),
+                    "predicted_before": before.predicted_tok_s,
+                    "predicted_after": after.predicted_tok_s,
+                    "residual": after.residual,
+                    "loo_residual": loo,
+                }
+                for before, after, loo in zip(least.before, least.after, least.loo_residuals, strict=True)
+            ],
+            "warnings": list(least.warnings),
+        }
     if report.sensitivity:
         sens = report.sensitivity
         document["sensitivity"] = {
@@ -2485,6 +3000,17 @@ def report_json(report: Report) -> dict[str, object]:
 
 def _scenario_json(row: Scenario) -> dict[str, object]:
     return dict(zip(SCENARIO_FIELDS, row, strict=False))
+
+
+MEASUREMENT_FIELDS = ("label", "drafter", "pipeline", "block", "budget", "m", "accept", "tok_s", "predicted_tok_s",
+                      "relative_error", "source")  # fmt: skip
+
+
+def _measurement_json(p: Prediction) -> dict[str, object]:
+    m = p.measurement
+    values = (m.label, m.drafter or "autoregressive", m.pipeline, p.block, p.budget, p.m, m.accept, m.tok_s,
+              p.predicted_tok_s, p.relative_error, m.source)  # fmt: skip
+    return dict(zip(MEASUREMENT_FIELDS, values, strict=True))
 
 
 def render_json(report: Report, style: Style) -> Iterator[str]:
@@ -2521,6 +3047,16 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
         yield out.getvalue()
         out.seek(0)
         out.truncate()
+    if report.track_record:  # a second table after a blank line: the measurements, as JSON gives them
+        fit = report.fit
+        extra = ["predicted_before", "predicted_after", "residual", "loo_residual"] if fit else []
+        writer.writerow([])
+        writer.writerow(
+            [*MEASUREMENT_FIELDS, *extra, "calibration_file", "calibration_sha256", "tool_version", "overrides"]
+        )
+        for i, p in enumerate(report.track_record):
+            more = [fit.before[i].predicted_tok_s, p.predicted_tok_s, p.residual, fit.loo_residuals[i]] if fit else []
+            writer.writerow([*map(_csv_cell, [*_measurement_json(p).values(), *more]), *provenance])
     yield out.getvalue()
 
 
@@ -2550,6 +3086,9 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         blocks.append((f"Break-even, {PIPELINE_LABELS[b.pipeline]} versus {versus[b.versus]}{reach}", b.figures))
     if est.roofline:
         blocks.append(("Physical cross-check (uniform routing)", [f for p in est.roofline for f in p.figures]))
+    for p in report.track_record:
+        m = p.measurement
+        blocks.append((f"Measurement {m.label} ({m.origin}): {m.tok_s:g} tok/s measured", [p.figure]))
     derived = [derivation(*figures) for _, figures in blocks]
 
     out = [
@@ -2566,6 +3105,11 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out.append(
             f"  {sol.path} = {sol.value:.6g}: solved so that {sol.scenario} = {sol.observed:g} tok/s ({sol.method})"
         )
+    if report.fit:
+        out += [
+            f"  {v.path} = {v.value:.6g}: fitted to {len(report.fit.before)} measurements, was {v.previous:g} "
+            f"({report.fit.method})" for v in report.fit.values
+        ]  # fmt: skip
     if est.experts_fit:
         fit = est.experts_fit
         out += ["", "Experts fit of the curve: least squares of curve(M) = t0 + t_expert * distinct(M)"]
@@ -2576,6 +3120,14 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         new = [f for f in figures if (f.name, f.formula, f.value) not in shown and f.inputs]
         shown |= {(f.name, f.formula, f.value) for f in new}
         out += ["", heading, *map(explain_line, new)] if new else []
+    if report.track_record:
+        out += ["", "Track record: error = predicted / measured - 1"]
+        out += [
+            f"  {p.measurement.label}: {p.predicted_tok_s:.1f} / {p.measurement.tok_s:g} - 1 = {p.relative_error:+.2%}"
+            for p in report.track_record
+        ]
+        error = rms(p.relative_error for p in report.track_record)
+        out.append(f"  RMS over {len(report.track_record)}: {error:.2%}")
     if report.sensitivity:
         sens = report.sensitivity
         out += ["", f"Sensitivity of {sens.scenario}: {sens.tok_s:.0f} tok/s as in force; each line re-estimates it"]
@@ -2608,6 +3160,7 @@ EPILOG = """examples:
   %(prog)s --sweep native_engine.overhead_cut=0.2:0.6:0.1 --format csv
   %(prog)s --sensitivity --scenario stronger/native@14
   %(prog)s --solve native_engine.overhead_cut --observed current/native=463
+  %(prog)s --measured current/native=415 --measured ar/native=201 --fit native_engine.overhead_cut
 
 exit status: 0 estimated (warnings, if any, on stderr); 2 bad calibration, option or usage
 (one line on stderr, nothing on stdout); 1 the output could not be written, or an internal error."""
@@ -2667,6 +3220,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     what_if("--solve", metavar="KEY.PATH", help="find the value of one assumption that matches --observed")
     what_if("--observed", metavar="SCENARIO=TOK_S", help="a measured throughput for --solve, e.g. current/native=463")
+    fitting = parser.add_argument_group("calibrating from measurements (the calibration's `measurements` log)")
+    fitting.add_argument(
+        "--measured",
+        action="append",
+        default=[],
+        metavar="SCENARIO=TOK_S",
+        help="log one more measured throughput, e.g. current/native=415 or ar/native=201; repeatable",
+    )
+    fitting.add_argument(
+        "--fit",
+        action="append",
+        default=[],
+        metavar="KEY.PATH",
+        help="fit this assumption to every measurement (least squares in ln tok/s); repeatable",
+    )
     return parser
 
 
@@ -2676,6 +3244,12 @@ def _check_usage(args: argparse.Namespace) -> None:
         (bool(args.solve) != bool(args.observed), "--solve and --observed go together"),
         (args.solve and args.sweep,
          "--solve and --sweep cannot be combined: solve first, then --set the value and sweep"),
+        (args.fit and args.sweep, "--fit and --sweep cannot be combined: fit first, then --set the values and sweep"),
+        (args.fit and args.solve,
+         "--fit and --solve cannot be combined: --solve matches one --observed value, --fit every measurement"),
+        (len(args.measured) > MAX_MEASUREMENTS,
+         f"--measured: {len(args.measured)} given; expected at most {MAX_MEASUREMENTS} measurements in all"),
+        (len(args.fit) > MAX_FIT, f"--fit: {len(args.fit)} given; expected at most {MAX_FIT} values to fit"),
         (args.scenario and not args.sensitivity, "--scenario chooses what --sensitivity studies; add --sensitivity"),
         (args.sensitivity and args.format == "csv",
          "--format csv holds one row per scenario; --sensitivity needs table, json or markdown"),
@@ -2711,30 +3285,32 @@ def _has_tabulate() -> bool:
     return True
 
 
+def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
+    """--observed and --measured: 'current/native=463' (--measured also takes 'ar/native=201')."""
+    label, sep, tok_s_text = text.rpartition("=")
+    if not sep:
+        raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"{option} {text}")
+    spec, tok_s = ScenarioSpec.parse(option, label, autoregressive=option == "--measured"), parse_value(tok_s_text)
+    if isinstance(tok_s, bool) or not isinstance(tok_s, int | float) or not 0 < tok_s < MAX_FIGURE:
+        message = f"got {_describe(tok_s)}; expected a positive throughput in tok/s, below {MAX_FIGURE:.0e}"
+        raise CalibrationError("", message, file=f"{option} {text}")
+    return spec, float(tok_s)
+
+
 def parse_options(args: argparse.Namespace) -> Options:
     """The command line's values, parsed: a bad one is a CalibrationError naming its option."""
-    observed = None
-    if args.observed:
-        label, sep, tok_s_text = args.observed.rpartition("=")
-        option = f"--observed {args.observed}"
-        if not sep:
-            raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463", file=option)
-        spec, tok_s = ScenarioSpec.parse("--observed", label), parse_value(tok_s_text)
-        if isinstance(tok_s, bool) or not isinstance(tok_s, int | float) or not 0 < tok_s < MAX_FIGURE:
-            message = f"got {_describe(tok_s)}; expected a positive throughput in tok/s, below {MAX_FIGURE:.0e}"
-            raise CalibrationError("", message, file=option)
-        observed = (spec, float(tok_s))
+    observed = parse_throughput("--observed", args.observed) if args.observed else None
+    for option, text in [("--solve", args.solve)] * bool(args.solve) + [("--fit", p) for p in args.fit]:
+        try:
+            parse_path(text)
+        except CalibrationError as exc:
+            exc.file = f"{option} {text}"
+            raise
     sweeps = tuple(parse_sweep(text) for text in args.sweep)
     if len({s.path for s in sweeps}) < len(sweeps):
         raise CalibrationError(
             "", f"{format_path(sweeps[0].path)} is swept twice; expected each key once", file="--sweep"
         )
-    if args.solve:
-        try:
-            parse_path(args.solve)
-        except CalibrationError as exc:
-            exc.file = f"--solve {args.solve}"
-            raise
     return Options(
         calibration=args.calibration,
         overrides=tuple(parse_override(text) for text in args.set),
@@ -2742,6 +3318,8 @@ def parse_options(args: argparse.Namespace) -> Options:
         sensitivity=ScenarioSpec.parse("--scenario", args.scenario or "stronger/native") if args.sensitivity else None,
         solve=args.solve,
         observed=observed,
+        measured=tuple(parse_throughput("--measured", text) for text in args.measured),
+        fit=tuple(args.fit),
     )
 
 
