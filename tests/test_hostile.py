@@ -297,6 +297,12 @@ def command_lines(draw: st.DrawFn) -> list[str]:
         st.tuples(st.just("--scenario"), _text | st.sampled_from(["stronger/native@14", "current/sglang@99"])),
         st.tuples(st.just("--solve"), key),
         st.tuples(st.just("--observed"), _text | st.builds(lambda v: f"current/native={v}", _numbers)),
+        st.tuples(
+            st.just("--measured"),
+            _text
+            | st.builds(lambda s, v: f"{s}={v}", st.sampled_from(["ar/native", "current/native@4", "ar/x"]), _numbers),
+        ),
+        st.tuples(st.just("--fit"), key),
         st.tuples(st.sampled_from(["--sensitivity", "--explain", "--no-chart", "--ascii"])),
         st.tuples(
             st.just("--calibration"), st.sampled_from(["", "/dev/null", "/nonexistent", str(DEFAULT_CALIBRATION)])
