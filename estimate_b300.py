@@ -667,19 +667,34 @@ def accept_limit(block: int, budget: int) -> tuple[int, str]:
     return (budget + 1, f"budget+1 = {budget + 1}") if budget <= block else (block + 1, f"block+1 = {block + 1}")
 
 
+def tree_shape(cal: Calibration, m: Measurement) -> tuple[int, int]:
+    """The block and budget a measurement ran: its own, else its drafter's."""
+    tree = cal.stronger_drafter if m.drafter == "stronger" else cal.anchors.ddtree
+    return m.block or tree.block, m.budget or tree.budget
+
+
 def measured_drafter(cal: Calibration, m: Measurement) -> Drafter:
     """The drafter a measurement ran: its drafter, with the block and budget the measurement gives."""
     drafter = drafters(cal)[DRAFTERS.index(m.drafter or "current")]
-    return drafter._replace(block=m.block or drafter.block, budget=m.budget or drafter.budget)
+    block, budget = tree_shape(cal, m)
+    return drafter._replace(block=block, budget=budget)
 
 
-def predict(cal: Calibration, m: Measurement) -> tuple[Figure, Drafter | None]:
-    """The tok/s the model predicts for a measured configuration, and the drafter it ran (None for AR)."""
+def measured_tree(cal: Calibration, m: Measurement) -> tuple[Drafter | None, Figure]:
+    """What a measurement's prediction rests on besides its accept length: the drafter it ran and that
+    drafter's step on its pipeline; for an autoregressive run, None and the AR tok/s."""
     if m.drafter is None:
-        return ar_tok_s(cal, decompose(cal), m.pipeline), None
-    accept = given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept")
+        return None, ar_tok_s(cal, decompose(cal), m.pipeline)
     drafter = measured_drafter(cal, m)
-    return throughput(accept, step_on(cal, drafter, m.pipeline).step), drafter
+    return drafter, step_on(cal, drafter, m.pipeline).step
+
+
+def predict(m: Measurement, tree: tuple[Drafter | None, Figure]) -> Figure:
+    """The tok/s the model predicts for a measured configuration: a DDTree step, or autoregressive decoding."""
+    drafter, figure = tree
+    if drafter is None:
+        return figure
+    return throughput(given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept"), figure)
 
 
 # --- The physical cross-check: the bytes the MoE must read ---
@@ -1206,9 +1221,9 @@ def _checked(cal: Calibration) -> Calibration:
             "moe_curve.fit", '"experts" counts distinct experts; expected a `model` section beside it'
         )
     for m in cal.measurements:
-        if m.drafter and m.accept is not None:
-            drafter = measured_drafter(cal, m)
-            _accept(m.accept, f"{m.origin}.accept", drafter.block, drafter.budget)
+        block, budget = tree_shape(cal, m)
+        if m.accept is not None and not m.accept <= accept_limit(block, budget)[0]:
+            _accept(m.accept, f"{m.origin}.accept", block, budget)  # the error, naming the limit
     return cal
 
 
@@ -1704,11 +1719,14 @@ class Prediction(NamedTuple):
 
 def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = None) -> tuple[Prediction, ...]:
     """Every measurement (by default the calibration's) with the model's prediction for it."""
-    found = []
+    found: list[Prediction] = []
+    trees: dict[tuple[object, ...], tuple[Drafter | None, Figure]] = {}  # a few trees: each tree's step once
     for m in cal.measurements if measurements is None else measurements:
-        predicted, tree = predict(cal, m)
+        key = (m.drafter, m.pipeline, m.block, m.budget)
+        tree = trees.get(key) or trees.setdefault(key, measured_tree(cal, m))
+        predicted, drafter = predict(m, tree), tree[0]
         ratio = predicted.value / m.tok_s
-        block, budget = (None, None) if tree is None else (tree.block, tree.budget)
+        block, budget = (None, None) if drafter is None else (drafter.block, drafter.budget)
         batch = 1 if budget is None else budget + 1
         found.append(Prediction(m, block, budget, batch, predicted.value, ratio - 1, math.log(ratio), predicted))
     return tuple(found)
@@ -1915,32 +1933,31 @@ def _check_identifiable(
 
 
 def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list[float]]]:
-    """One-sided Jacobi: the singular values of a matrix given by its columns, and the right singular vectors."""
-    u, p = [list(col) for col in columns], len(columns)
-    v = [[float(i == j) for j in range(p)] for i in range(p)]  # v[k] is the k-th right singular vector
-    for _ in range(60):
-        rotated = False
-        for a, b in itertools.combinations(range(p), 2):
-            alpha, beta = sum(x * x for x in u[a]), sum(x * x for x in u[b])
-            gamma = sum(x * y for x, y in zip(u[a], u[b], strict=True))
-            if abs(gamma) <= 1e-15 * math.sqrt(alpha * beta):
-                continue
-            rotated = True
-            zeta = (beta - alpha) / (2 * gamma)
-            t = math.copysign(1.0, zeta) / (abs(zeta) + math.sqrt(1 + zeta * zeta))
-            c = 1 / math.sqrt(1 + t * t)
-            s = c * t
-            u[a], u[b] = (
-                [c * x - s * y for x, y in zip(u[a], u[b], strict=True)],
-                [s * x + c * y for x, y in zip(u[a], u[b], strict=True)],
-            )
-            v[a], v[b] = (
-                [c * x - s * y for x, y in zip(v[a], v[b], strict=True)],
-                [s * x + c * y for x, y in zip(v[a], v[b], strict=True)],
-            )
-        if not rotated:
+    """The singular values of a matrix given by its columns, and for each its right singular vector.
+
+    Jacobi's eigenvalue method on the Gram matrix: p x p for p values, whatever the number of rows.
+    Squaring loses half the digits, leaving singular values good to ~1e-8 of the largest: enough to
+    tell one below 1e-6 of it.
+    """
+    p = len(columns)
+    a = [[sum(x * y for x, y in zip(ci, cj, strict=True)) for cj in columns] for ci in columns]
+    v = [[float(i == j) for j in range(p)] for i in range(p)]
+    for _ in range(50):
+        if sum(a[i][j] ** 2 for i, j in itertools.combinations(range(p), 2)) <= 1e-32 * sum(x * x for x in a[0]):
             break
-    return [math.sqrt(sum(x * x for x in col)) for col in u], v
+        for i, j in itertools.combinations(range(p), 2):
+            if a[i][j] == 0:
+                continue
+            theta = (a[j][j] - a[i][i]) / (2 * a[i][j])
+            t = math.copysign(1.0, theta) / (abs(theta) + math.sqrt(theta * theta + 1))
+            c = 1 / math.sqrt(t * t + 1)
+            s = t * c
+            for rows in (a, v):  # columns i and j rotated: A J, and V J
+                for row in rows:
+                    row[i], row[j] = c * row[i] - s * row[j], s * row[i] + c * row[j]
+            pairs = list(zip(a[i], a[j], strict=True))
+            a[i], a[j] = [c * x - s * y for x, y in pairs], [s * x + c * y for x, y in pairs]
+    return [math.sqrt(max(a[k][k], 0.0)) for k in range(p)], [[row[k] for row in v] for k in range(p)]
 
 
 def _levenberg_marquardt(
