@@ -1560,8 +1560,9 @@ def _range(*parts: str) -> tuple[object, ...]:
         raise CalibrationError("", "expected START:STOP:STEP with three finite numbers") from None
     if steps < 0:
         raise CalibrationError("", f"a step of {parts[2]} never goes from {parts[0]} to {parts[1]}")
-    if steps + 1 > MAX_SWEEP_POINTS:
-        count = f"{int(steps) + 1:,}" if steps < 1e12 else f"about {steps:.2e}"
+    values = steps.to_integral_value(decimal.ROUND_FLOOR) + 1  # a Decimal: 1e400 steps stay cheap
+    if values > MAX_SWEEP_POINTS:
+        count = f"{int(values):,}" if values < 10**12 else f"about {values:.2e}"
         raise CalibrationError("", f"{count} values; expected at most {MAX_SWEEP_POINTS:,}")
     try:
         exact = [start + i * step_size for i in range(int(steps) + 1)]
@@ -2847,7 +2848,8 @@ def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
 
 
 def render_tables(report: Report, style: Style) -> Iterable[str]:
-    parts = [style.wrap(_header_line(report), "  "), _title(report)]
+    header = _header_line(report).replace("overrides: none", "overrides:\xa0none")  # kept on one line
+    parts = [style.wrap(header, "  ").replace("\xa0", " "), _title(report)]
     if report.sweep is None:
         parts = [f"{parts[0]}\n{parts[1]}", "\n".join(style.wrap(line, "  ") for line in headline_lines(report))]
     else:
@@ -3134,8 +3136,11 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out += [f"  residual({m}) = curve({m}) - fit({m}) = {r:+.3f} ms" for m, r in fit.residuals_ms]
     shown: set[tuple[str, str, float]] = set()
     for (heading, _), figures in zip(blocks, derived, strict=True):
-        new = [f for f in figures if (f.name, f.formula, f.value) not in shown and f.inputs]
-        shown |= {(f.name, f.formula, f.value) for f in new}
+        new = []
+        for f in figures:  # each figure once: the same figure may be computed more than once
+            if f.inputs and (f.name, f.formula, f.value) not in shown:
+                shown.add((f.name, f.formula, f.value))
+                new.append(f)
         out += ["", heading, *map(explain_line, new)] if new else []
     if report.track_record:
         out += ["", "Track record: error = predicted / measured - 1"]

@@ -262,3 +262,14 @@ def test_markdown_sweep_table_has_a_one_line_header(capsys: pytest.CaptureFixtur
     header = next(i for i, line in enumerate(lines) if line.startswith("| native\\_engine.overhead\\_cut"))
     assert lines[header + 1].startswith("|:---")
     assert "current/sglang step ms" in lines[header] and "stronger/native@14 tok/s" in lines[header]
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["--calibration", "tests/data/measured.json", "--fit", "native_engine.overhead_cut"]]
+)
+def test_explain_shows_each_figure_once(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    """The bandwidth ratio is computed for every MoE time; --explain prints it once."""
+    out = run_main(capsys, "--explain", *args).out
+    lines = [line for line in out.splitlines() if " = " in line and not line.startswith("  accept = ")]
+    assert len(lines) == len(set(lines)), [line for line in lines if lines.count(line) > 1][:3]
+    assert out.count("bandwidth ratio = target bandwidth / reference bandwidth") == 1

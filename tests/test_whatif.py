@@ -110,6 +110,13 @@ def test_parse_sweep_range_includes_stop() -> None:
     assert eb.parse_sweep("hardware.target.name=B200,H200").values == ("B200", "H200")
 
 
+def test_a_range_of_exactly_the_most_points_is_allowed() -> None:
+    """0:0.8999955:9e-06 is 99,999.5 steps: 100,000 values, the limit, and not one more."""
+    assert len(eb.parse_sweep("native_engine.overhead_cut=0:0.8999955:9e-06").values) == eb.MAX_SWEEP_POINTS
+    with pytest.raises(eb.CalibrationError, match="100,001 values; expected at most 100,000"):
+        eb.parse_sweep("native_engine.overhead_cut=0:0.9:9e-06")
+
+
 def test_sweep_of_overhead_cut(capsys: pytest.CaptureFixture[str]) -> None:
     """At a 20% cut the stronger drafter on the native engine gives about 675-900 tok/s at accept 12-16:
     1000 * 12 / (5.50125 + 0.8 * 15.383081) = 673.9, and 16 gives 898.5."""
