@@ -1743,8 +1743,7 @@ class FitValue(NamedTuple):
     path: str
     value: float
     previous: float
-    low: float | None  # the calibration's range for it, if it has one
-    high: float | None
+    range: Range | None  # the calibration's range for it, if it has one
 
 
 class Fit(NamedTuple):
@@ -1829,10 +1828,8 @@ def fit(
         values = [roots.pop(0)]
     else:
         _check_identifiable(_jacobian(residuals, start, r0, domains), names, measurements, option)
-        values, method = (
-            _levenberg_marquardt(residuals, start, r0, domains),
-            "least squares of ln tok/s (Levenberg-Marquardt)",
-        )
+        values = _levenberg_marquardt(residuals, start, r0, domains)
+        method = "least squares of ln tok/s (Levenberg-Marquardt)"
     loo: list[float | None] = [None] * len(measurements)
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
         r_full = residuals(values)
@@ -1851,19 +1848,13 @@ def fit(
     fitted = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
-        FitValue(
-            name,
-            value,
-            before,
-            ranges[name].low if name in ranges else None,
-            ranges[name].high if name in ranges else None,
-        )
+        FitValue(name, value, before, ranges.get(name))
         for name, value, before in zip(names, values, start, strict=True)
     )
     warnings = [
         f"{option} {v.path}: the fitted value {v.value:.6g} lies outside its range in the calibration, {r.low:g} to "
         f"{r.high:g} ({r.source}); the measurements and that assumption disagree"
-        for v in fit_values if (r := ranges.get(v.path)) and not r.low <= v.value <= r.high
+        for v in fit_values if (r := v.range) and not r.low <= v.value <= r.high
     ]  # fmt: skip
     warnings += [
         f"{option} {v.path}: {v.value:.6g} lies on the edge of the values it may take ({d.describe()})"
@@ -1997,16 +1988,17 @@ def _levenberg_marquardt(
 def _solve_linear(a: list[list[float]], b: list[float]) -> list[float]:
     """Gaussian elimination with partial pivoting: the x with a x = b (a is small and positive definite here)."""
     n = len(b)
-    m = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
+    rows = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]  # augmented: a | b
     for k in range(n):
-        pivot = max(range(k, n), key=lambda i: abs(m[i][k]))
-        m[k], m[pivot] = m[pivot], m[k]
+        pivot = max(range(k, n), key=lambda i: abs(rows[i][k]))
+        rows[k], rows[pivot] = rows[pivot], rows[k]
         for i in range(k + 1, n):
-            f = m[i][k] / m[k][k] if m[k][k] else 0.0
-            m[i] = [x - f * y for x, y in zip(m[i], m[k], strict=True)]
+            f = rows[i][k] / rows[k][k] if rows[k][k] else 0.0
+            rows[i] = [x - f * y for x, y in zip(rows[i], rows[k], strict=True)]
     x = [0.0] * n
     for k in reversed(range(n)):
-        x[k] = (m[k][n] - sum(m[k][j] * x[j] for j in range(k + 1, n))) / m[k][k] if m[k][k] else 0.0
+        pivot_value = rows[k][k]
+        x[k] = (rows[k][n] - sum(rows[k][j] * x[j] for j in range(k + 1, n))) / pivot_value if pivot_value else 0.0
     return x
 
 
@@ -2084,11 +2076,8 @@ class Solution(NamedTuple):
 
 def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:
     """A throughput named on the command line (--observed, --measured), as a measurement."""
-    text = (
-        f"{option} {spec.drafter}/{spec.pipeline}"
-        + (f"@{spec.accept:g}" if spec.accept is not None else "")
-        + f"={tok_s:g}"
-    )
+    accept = "" if spec.accept is None else f"@{spec.accept:g}"
+    text = f"{option} {spec.drafter}/{spec.pipeline}{accept}={tok_s:g}"
     if spec.drafter == "ar":
         return Measurement(f"AR/{spec.pipeline}", None, spec.pipeline, None, None, None, tok_s, text, text)
     row = scenario_for(cal, spec, option)
@@ -2122,8 +2111,8 @@ def log_measured(
         m = observation(cal, spec, tok_s, "--measured")
         kind = {"drafter": m.drafter, "accept": m.accept} if m.drafter else {"decode": "autoregressive"}
         entries.append({"label": m.label, **kind, "pipeline": m.pipeline, "tok_s": tok_s, "source": m.source})
-    logged = get_path(doc, ("measurements",)) if isinstance(doc, dict) and "measurements" in doc else []
-    return recalibrate(doc, cal, [(("measurements",), [*logged, *entries])])  # type: ignore[misc]
+    logged = doc.get("measurements") if isinstance(doc, dict) else None  # a list: the calibration was read
+    return recalibrate(doc, cal, [(("measurements",), [*(logged if isinstance(logged, list) else []), *entries])])
 
 
 # --- Warnings: inputs that ask more than the hardware can give ---
@@ -2675,7 +2664,7 @@ def fit_section(report: Report, style: Style) -> Section:
         Column("assumption", lambda v: v.path),
         Column("before", lambda v: f"{v.previous:g}", "s"),
         Column("fitted", lambda v: f"{v.value:.6g}", "s"),
-        Column("range", lambda v: "" if v.low is None else f"{v.low:g} - {v.high:g}", "s"),
+        Column("range", lambda v: "" if v.range is None else f"{v.range.low:g} - {v.range.high:g}", "s"),
     ]
     left_out = len(fit.before) > len(fit.values)
     measurements = [  # a row: (prediction before, prediction after, leave-one-out residual)
@@ -2689,7 +2678,8 @@ def fit_section(report: Report, style: Style) -> Section:
     ]
     rows = list(zip(fit.before, fit.after, fit.loo_residuals, strict=True))
     title = (
-        f"Fit of {len(fit.values)} value{'s' if len(fit.values) > 1 else ''} to {len(fit.before)} measurements: "
+        f"Fit of {len(fit.values)} value{'s' if len(fit.values) > 1 else ''} to {len(fit.before)} "
+        f"measurement{'s' if len(fit.before) > 1 else ''}: "
         f"{fit.method}; RMS error {fit.rms_before:.1%} before, {fit.rms_after:.1%} after. Every figure below "
         "uses the fitted values."
     )
@@ -2989,7 +2979,7 @@ def report_json(report: Report) -> dict[str, object]:
             "paths": [v.path for v in least.values],
             "values": [v.value for v in least.values],
             "previous": [v.previous for v in least.values],
-            "ranges": [None if v.low is None else [v.low, v.high] for v in least.values],
+            "ranges": [None if v.range is None else [v.range.low, v.range.high] for v in least.values],
             "method": least.method,
             "other_values": list(least.other_roots),
             "rms_before": least.rms_before,
