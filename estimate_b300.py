@@ -77,6 +77,8 @@ MAX_PATH = 16  # segments of a key path; the deepest in a calibration has 5
 MAX_NESTING = 32  # lists and objects within a --set value
 MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid; 800,000 scenarios are plenty
 MAX_FIT = 8  # values fitted at once: more than the measurements of one model can usually tell apart
+MAX_LOO_PREDICTIONS = 200_000  # predictions the leave-one-out refits may make: a few seconds at most
+MAX_ARGUMENTS = 1000  # on the command line: 100 --measured and 8 --fit take 216
 MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values needs far fewer
 
 
@@ -215,6 +217,7 @@ class Domain(NamedTuple):
 
 
 POSITIVE = Domain()
+THROUGHPUT = Domain(1e-6, MAX_FIGURE, low_open=False)  # a measured tok/s: its ratio to a prediction stays finite
 ANY_NUMBER = Domain(-math.inf)
 COUNT = Domain(1, MAX_COUNT, False, False, integer=True)
 
@@ -788,7 +791,7 @@ def chain_alpha(accept: float, depth: int) -> Figure:
             break
         length = -math.expm1((depth + 1) * math.log(a)) / (1 - a) if a > 0 else 1.0  # exact as a nears 1
         low, high = (a, high) if length < accept else (low, a)
-    formula = "the a with (1 - a^(block + 1)) / (1 - a) equal to accept (Leviathan et al., 2023)"
+    formula = "the a with (1 - a^(block + 1)) / (1 - a) equal to accept"  # Leviathan et al., 2023: in the notes
     return Figure(
         "chain alpha", (low + high) / 2, "", formula, (given("block", depth, "count"), given("accept", accept))
     )
@@ -1114,9 +1117,12 @@ def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
             block = entry.count("block") if "block" in entry.data else None
             budget = entry.count("budget") if "budget" in entry.data else None
             accept = entry.number("accept", Domain(1.0, low_open=False))
-        tok_s = entry.number("tok_s")
+        tok_s = entry.number("tok_s", THROUGHPUT)
         default_label = f"AR/{pipeline}" if autoregressive else f"{drafter}/{pipeline}@{accept:g}"
         label = entry.string("label", default=default_label)
+        if not label.strip():
+            raise entry.error("label", "is empty; expected a name for the measurement, or no label")
+        entry.known |= dict.fromkeys(("block", "budget", "source"))  # for the hint that names an unknown key
         source = entry.data.get("source", "")
         entry.finish()
         found.append(Measurement(label, drafter, pipeline, block, budget, accept, tok_s, str(source), entry.path))
@@ -1270,8 +1276,12 @@ def read_document(path: str) -> tuple[object, str]:
         raise CalibrationError(
             "", f"line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); expected a JSON object"
         ) from None
-    except (ValueError, RecursionError) as exc:  # an integer past Python's digit limit, nesting past the stack
-        raise CalibrationError("", f"cannot be decoded ({exc}); expected a JSON object") from None
+    except RecursionError:
+        raise CalibrationError("", "nests too deep to decode; expected a calibration JSON object") from None
+    except ValueError:  # an integer past Python's digit limit
+        raise CalibrationError(
+            "", "holds a number of more than 4,300 digits; expected numbers of sensible size"
+        ) from None
     if twice:
         obj, key = twice[0]
         where = next(format_path((*p, key)) for p, node in _objects(doc, ()) if node is obj)
@@ -1489,6 +1499,8 @@ class ScenarioSpec(NamedTuple):
                 f"{', '.join(PIPELINES)}, e.g. stronger/native@14{also}", file=f"{option} {text}",
             )  # fmt: skip
         accept = None
+        if at and not accept_text:
+            raise CalibrationError("", "nothing after @; expected an accept length, e.g. @14", file=f"{option} {text}")
         if accept_text:
             try:
                 accept = float(accept_text)
@@ -1806,8 +1818,10 @@ def fit(
             "expected at least as many measurements as values", file=option,
         )  # fmt: skip
     start = [number_at(doc, path) for path, _ in keys]
+    spent = [0]  # predictions made: leave-one-out stops at a budget
 
     def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
+        spent[0] += len(among)
         try:
             at = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
             return [p.residual for p in predictions(at, among)]
@@ -1815,8 +1829,7 @@ def fit(
             return None
 
     domains = [domain for _, domain in keys]
-    r0 = residuals(start)
-    assert r0 is not None  # the calibration in force holds
+    r0 = [p.residual for p in predictions(cal, measurements)]  # at the values in force: an error is an error
     roots: list[float] = []
     if len(keys) == 1 and len(measurements) == 1:  # --solve: every root, not only the nearest minimum
 
@@ -1827,22 +1840,31 @@ def fit(
         roots, method = _roots(gap, domains[0], start[0], names[0], measurements[0], option)
         values = [roots.pop(0)]
     else:
-        _check_identifiable(_jacobian(residuals, start, r0, domains), names, measurements, option)
+        _check_identifiable(_jacobian(residuals, start, r0, domains), start, names, measurements, option)
         values = _levenberg_marquardt(residuals, start, r0, domains)
         method = "least squares of ln tok/s (Levenberg-Marquardt)"
     loo: list[float | None] = [None] * len(measurements)
+    warnings = []
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
         r_full = residuals(values)
-        assert r_full is not None
+        assert r_full is not None  # the fit only moves to values where the calibration holds
         j_full = _jacobian(residuals, values, r_full, domains)
+        spent[0] = 0
         for i, left_out in enumerate(measurements):
+            if spent[0] > MAX_LOO_PREDICTIONS:
+                warnings.append(
+                    f"{option}: leave-one-out stopped after {i} of {len(measurements)} refits, at its budget of "
+                    f"{MAX_LOO_PREDICTIONS:,} predictions; the rest are null"
+                )
+                break
             rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
             columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
             try:
-                _check_identifiable(columns, names, rest, option)
+                _check_identifiable(columns, values, names, rest, option)
             except CalibrationError:  # without it the values cannot be told apart: no refit
                 continue
-            refit = _levenberg_marquardt(functools.partial(residuals, among=rest), values, r_rest, domains, columns)
+            rest_residuals = functools.partial(residuals, among=rest)
+            refit = _levenberg_marquardt(rest_residuals, values, r_rest, domains, columns, iterations=10)
             r_out = residuals(refit, [left_out])
             loo[i] = None if r_out is None else r_out[0]
     fitted = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
@@ -1851,7 +1873,7 @@ def fit(
         FitValue(name, value, before, ranges.get(name))
         for name, value, before in zip(names, values, start, strict=True)
     )
-    warnings = [
+    warnings += [
         f"{option} {v.path}: the fitted value {v.value:.6g} lies outside its range in the calibration, {r.low:g} to "
         f"{r.high:g} ({r.source}); the measurements and that assumption disagree"
         for v in fit_values if (r := v.range) and not r.low <= v.value <= r.high
@@ -1899,15 +1921,18 @@ def _jacobian(
 
 
 def _check_identifiable(
-    columns: list[list[float]], names: Sequence[str], measurements: Sequence[Measurement], option: str
-) -> None:
+    columns: list[list[float]], values: Sequence[float], names: Sequence[str], measurements: Sequence[Measurement],
+    option: str,
+) -> None:  # fmt: skip
     """Each value moves some measurement, and no two move them alike: else name those at fault.
 
-    The columns are scaled to unit length and a singular value below 1e-6 of the largest counts as zero.
+    A value moves nothing when a change of it by 1 part in 1e7 moves no prediction by more than
+    float noise (elasticities below 1e-7). The columns are scaled to unit length and a singular
+    value below 1e-6 of the largest counts as zero.
     """
     norms = [math.sqrt(sum(x * x for x in col)) for col in columns]
-    for name, norm in zip(names, norms, strict=True):
-        if norm <= 1e-12 * max(norms):
+    for name, norm, value in zip(names, norms, values, strict=True):
+        if norm * max(abs(value), 1e-12) <= 1e-7:
             said = (
                 f"{measurements[0].label} does not depend on it" if len(measurements) == 1
                 else f"none of the {len(measurements)} measurements depends on it"
@@ -1954,15 +1979,15 @@ def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list
 
 def _levenberg_marquardt(
     residuals: Residuals, start: Sequence[float], r0: Sequence[float], domains: Sequence[Domain],
-    columns: list[list[float]] | None = None,
+    columns: list[list[float]] | None = None, iterations: int = 100,
 ) -> list[float]:  # fmt: skip
     """Minimise the sum of squared residuals from `start`, each value kept inside its domain.
 
     `columns` is the Jacobian at `start` when the caller has it. It stops when a step no longer lowers
-    the cost by more than float noise, or no longer moves the values.
+    the cost by more than float noise, or no longer moves the values, or after `iterations` steps.
     """
     values, r, cost, damping = list(start), list(r0), sum(x * x for x in r0), 1e-3
-    for _ in range(100):
+    for _ in range(iterations):
         columns = columns or _jacobian(residuals, values, r, domains)
         a = [[sum(x * y for x, y in zip(ci, cj, strict=True)) for cj in columns] for ci in columns]
         g = [sum(x * y for x, y in zip(col, r, strict=True)) for col in columns]
@@ -2035,7 +2060,9 @@ def _roots(
     reached = [m.tok_s * math.exp(g) for g in seen]  # the predicted tok/s over the domain
     if reached and max(reached) - min(reached) <= 1e-9 * max(reached):
         raise CalibrationError(
-            name, f"{m.label} does not depend on it (it stays at {reached[0]:.6g} tok/s)", file=option
+            name,
+            f"{m.label} does not depend on it (it stays at {reached[0]:.6g} tok/s); expected a value that moves it",
+            file=option,
         )
     if not roots:
         tried = f"{min(reached):.6g} to {max(reached):.6g} tok/s" if reached else "no valid value"
@@ -2146,6 +2173,12 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
          "the inputs are inconsistent: check the curve, the bandwidths and the anchors")
         for row in rows if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms
     ]  # fmt: skip
+    found += [
+        (f"sglang {m.origin}", f"{m.origin}: {m.label} is a measurement on SGLang, but {why}; "
+         "check its pipeline, or sglang.max_budget")
+        for m in cal.measurements
+        if m.pipeline == "sglang" and m.drafter and (why := cannot_run(cal.sglang, measured_drafter(cal, m)))
+    ]  # fmt: skip
     return list(dict(found).items())  # each kind once
 
 
@@ -2217,6 +2250,8 @@ def build_report(options: Options) -> Report:
             fitted = fit(doc, cal, options.fit, cal.measurements)
         if fitted:
             doc, cal = recalibrate(doc, cal, [(parse_path(v.path), v.value) for v in fitted.values])
+            found_by = "--solve" if solution else "--fit"  # what follows runs at these values: errors say so
+            label += "".join(f" with {found_by} {v.path}={v.value:.6g}" for v in fitted.values)
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
         sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
@@ -2337,9 +2372,9 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     tabulate_module.MIN_PADDING = 0  # a column as wide as its widest cell or header: they stand apart already
     text = [i for i, c in enumerate(columns) if not c.fmt]
 
-    def shown(value: object, as_text: bool) -> object:  # text as it lands: escaped in Markdown; None left empty
-        if style.markdown and isinstance(value, str):
-            return markdown_text(value)
+    def shown(value: object, as_text: bool) -> object:  # text as it lands: one line, escaped; None left empty
+        if isinstance(value, str):
+            return markdown_text(printable(value)) if style.markdown else printable(value)
         return value if value is None or not as_text else str(value)
 
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
@@ -2413,17 +2448,22 @@ def headline_lines(report: Report) -> list[str]:
         )
     if h.band:
         b = h.band
+        outside = (
+            ""
+            if b.tok_s_min <= b.tok_s <= b.tok_s_max
+            else " The estimate lies outside the band: a value in force lies outside its range."
+        )
         lines.append(
             f"Uncertainty: over the ranges in the calibration, {b.scenario} ({b.tok_s:.0f} tok/s) spans "
             f"{b.tok_s_min:.0f} to {b.tok_s_max:.0f} tok/s "
-            f"({b.tok_s_min / b.tok_s - 1:+.0%} / {b.tok_s_max / b.tok_s - 1:+.0%})."
+            f"({b.tok_s_min / b.tok_s - 1:+.0%} / {b.tok_s_max / b.tok_s - 1:+.0%}).{outside}"
         )
     record = report.track_record
     if record:
         at = " at the fitted values" if report.fit else " at the solved value" if report.solve else ""
         worst = max(record, key=lambda p: abs(p.relative_error))
         error = rms(p.relative_error for p in record) or 0.0
-        logged = f"the {len(record)} logged measurement{'s' if len(record) > 1 else ''}"
+        logged = f"the {len(record)} measurement{'s' if len(record) > 1 else ''}"
         lines.append(
             f"Track record: the model predicts {logged}{at} within {error:.1%} RMS (worst: "
             f"{worst.measurement.label}, {worst.relative_error:+.1%})."
@@ -2764,7 +2804,7 @@ def notes(report: Report, style: Style) -> list[str]:
             "drafter's cost and accept lengths are assumptions; a `ranges` section in the calibration gives a band."
         )
     if not style.everything and report.sweep is None:
-        adds = ["break-even accept", "the physical cross-check", "the MoE floor"]
+        adds = ["break-even", "chain alpha", "the physical cross-check", "the MoE floor"]
         adds += ["the measurements table"] if report.track_record and not report.fit else []
         found.append(f"--all adds {', '.join(adds[:-1])} and {adds[-1]}.")
     return found
@@ -3041,7 +3081,8 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
 
     prov = report.provenance
     provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides)]
-    solved = ((report.solve.path, report.solve.value),) if report.solve else ()  # a column, as a swept value is
+    found = [(report.solve.path, report.solve.value)] if report.solve else []  # a column, as a swept value is
+    solved = tuple(found + [(v.path, v.value) for v in report.fit.values] if report.fit else found)
     single = [SweepPoint(solved, report.estimate.calibration, report.estimate.scenarios)]
     points = report.sweep.points() if report.sweep else single
     names = [format_path(s.path) for s in report.sweep.sweeps] if report.sweep else [name for name, _ in solved]
@@ -3073,6 +3114,8 @@ def _csv_cell(value: object) -> object:
     """Numbers at full precision (repr), booleans as true/false, lists as JSON, missing values empty."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str):
+        return printable(value)  # one line: a newline in a label stays \n
     return json.dumps(value) if isinstance(value, (list, dict)) else "" if value is None else value
 
 
@@ -3201,7 +3244,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--format", choices=RENDERERS, default="table", help="tables, one JSON object, a Markdown document, or CSV")
     add("--tablefmt", default="simple", metavar="NAME", help="any tabulate format for the tables, e.g. github")
     show = parser.add_argument_group("showing the work").add_argument
-    show("--all", action="store_true", help="every section: break-even, the physical cross-check, the MoE floor")
+    show(
+        "--all",
+        action="store_true",
+        help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, measurements",
+    )
     show("--explain", action="store_true", help="print the derivation, one figure a line, not the tables")
     show("--no-chart", action="store_true", help="leave out the step-time breakdown chart")
     show("--ascii", action="store_true", help="plain ASCII output (automatic when stdout cannot take Unicode)")
@@ -3303,8 +3350,8 @@ def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
     if not sep:
         raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"{option} {text}")
     spec, tok_s = ScenarioSpec.parse(option, label, autoregressive=option == "--measured"), parse_value(tok_s_text)
-    if isinstance(tok_s, bool) or not isinstance(tok_s, int | float) or not 0 < tok_s < MAX_FIGURE:
-        message = f"got {_describe(tok_s)}; expected a positive throughput in tok/s, below {MAX_FIGURE:.0e}"
+    if tok_s not in THROUGHPUT:
+        message = f"got {_describe(tok_s)}; expected a positive throughput in tok/s, {THROUGHPUT.describe()}"
         raise CalibrationError("", message, file=f"{option} {text}")
     return spec, float(tok_s)
 
@@ -3415,7 +3462,10 @@ def _silence(fd: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        if len(argv) > MAX_ARGUMENTS:  # before argparse, whose work grows faster than the count
+            raise usage_error(f"{len(argv):,} arguments; expected at most {MAX_ARGUMENTS:,}")
         args = parser.parse_args(argv)
         if args.help or args.version:
             return emit([parser.format_help() if args.help else f"estimate_b300 {__version__}\n"])

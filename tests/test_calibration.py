@@ -47,8 +47,8 @@ def mutated(edit: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
         (b'"text"', ["(top level)", "got a string"]),
         (b'{"schema_version": 2}', ["schema_version", "got 2", "reads schema 1"]),
         (b'{"schema_version": true}', ["schema_version", "got true"]),
-        (b"[" * 100_000 + b"]" * 100_000, ["cannot be decoded"]),  # nesting past the recursion limit
-        (b'{"x": 1' + b"0" * 5000 + b"}", ["cannot be decoded"]),  # more digits than Python parses
+        (b"[" * 100_000 + b"]" * 100_000, ["nests too deep to decode"]),  # nesting past the recursion limit
+        (b'{"x": 1' + b"0" * 5000 + b"}", ["a number of more than 4,300 digits"]),  # more than Python parses
     ],
 )
 def test_bad_files(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes, fragments: list[str]) -> None:

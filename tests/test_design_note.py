@@ -23,9 +23,9 @@ def test_the_default_run_is_short_and_fits_80_columns() -> None:
     assert run.code == 0 and run.err == ""
     assert len(lines) <= 52
     assert max(map(len, lines)) <= 80
-    for absent in ("Break-even", "Physical cross-check,", "The MoE floor:", "chain alpha"):
+    for absent in ("Break-even", "Physical cross-check,", "The MoE floor:", "What each accept length demands"):
         assert absent not in run.out
-    assert lines[-1] == "--all adds break-even accept, the physical cross-check and the MoE floor."
+    assert lines[-1] == "--all adds break-even, chain alpha, the physical cross-check and the MoE floor."
 
 
 def test_all_shows_every_section_and_still_fits() -> None:

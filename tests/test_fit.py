@@ -122,7 +122,7 @@ def test_the_focused_default_gives_the_track_record_in_one_line(capsys: pytest.C
     out = run_main(capsys, "--calibration", str(EXAMPLE)).out
     line = " ".join(out[out.index("Track record:") :].split("\n\n")[0].split())
     assert line == (
-        f"Track record: the model predicts the 4 logged measurements within {rms:.1%} RMS (worst: "
+        f"Track record: the model predicts the 4 measurements within {rms:.1%} RMS (worst: "
         f"{doc['measurements'][worst]['label']}, {errors[worst]:+.1%})."
     )
     assert "Measurements:" not in out and "the measurements table" in flat(out)  # the footer names what --all adds
@@ -370,7 +370,7 @@ def test_solve_runs_on_the_fit_and_shows_the_track_record_at_the_solved_value(
     for row, m in zip(doc["measurements"], example, strict=True):
         assert row["predicted_tok_s"] == pytest.approx(by_hand(cut, 8.0, m), rel=1e-12)
     table = run_main(capsys, "--calibration", str(EXAMPLE), *args[:-2]).out
-    assert "Track record: the model predicts the 4 logged measurements at the solved value" in " ".join(table.split())
+    assert "Track record: the model predicts the 4 measurements at the solved value" in " ".join(table.split())
 
 
 def test_a_hundred_measurements_fit_with_leave_one_out_in_bounded_time() -> None:
@@ -381,3 +381,78 @@ def test_a_hundred_measurements_fit_with_leave_one_out_in_bounded_time() -> None
     assert time.perf_counter() - start < 20
     assert all(loo is not None for loo in result.loo_residuals)
     assert [v.value for v in result.values] == [pytest.approx(0.31, rel=0.05), pytest.approx(7.4, rel=0.05)]
+
+
+# --- Hostile input to the log and the fit -------------------------------------------------------
+
+
+def test_a_calibration_that_fails_only_for_its_measurements_is_a_clean_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The anchors conflict; the fit computes first and must say so, not fail on its own assertion."""
+    run = run_main(capsys, "--calibration", str(EXAMPLE), "--set", "anchors.ddtree.tok_s=500", "--fit", FIT[1])
+    assert_clean_error(run, "anchors.ddtree.tok_s: the measured anchors conflict")
+
+
+@pytest.mark.parametrize("tok_s", ["5e-324", "1e-300", "1e308"])
+def test_throughputs_of_no_sensible_size_are_refused(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path], tok_s: str
+) -> None:
+    entry = {"decode": "autoregressive", "pipeline": "native", "tok_s": float(tok_s)}
+    expected = "expected a number >= 1e-06 and < 1e+15"
+    assert_clean_error(run_with(capsys, write_calibration, with_log([entry])), "measurements[0].tok_s", expected)
+    assert_clean_error(run_main(capsys, "--measured", f"ar/native={tok_s}"), "positive throughput", ">= 1e-06")
+
+
+def test_a_label_with_control_characters_stays_on_one_line_everywhere(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    entry = {"label": "na|ti*ve\nb8\x1b[31m", "drafter": "current", "pipeline": "native", "accept": 4.4, "tok_s": 421}
+    path = str(write_calibration(with_log([entry, logged(0.31, 7.4)[3]])))
+    table = run_main(capsys, "--calibration", path, "--all").out
+    assert "na|ti*ve\\nb8\\x1b[31m " in table and "\x1b" not in table
+    csv_text = run_main(capsys, "--calibration", path, "--format", "csv").out
+    assert "na|ti*ve\\nb8\\x1b[31m,current" in csv_text
+    markdown = run_main(capsys, "--calibration", path, "--all", "--format", "markdown").out
+    rows = [line for line in markdown.splitlines() if line.startswith("| na\\|")]
+    assert len(rows) == 1 and "na\\|ti\\*ve" in rows[0]
+
+
+def test_leave_one_out_is_null_where_nothing_else_depends_on_the_value(capsys: pytest.CaptureFixture[str]) -> None:
+    """Only the AR run depends on ar_tok_s (ATTN_BASE + SPEC is fixed by the DDTree anchor)."""
+    doc = run_main(capsys, "--calibration", str(EXAMPLE), "--fit", "anchors.ar_tok_s", "--format", "json").json()
+    loo = [m["loo_residual"] for m in doc["fit"]["measurements"]]
+    assert loo[3] is None and all(v is not None for v in loo[:3])
+
+
+def test_leave_one_out_stops_at_its_budget(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(eb, "MAX_LOO_PREDICTIONS", 30)
+    run = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "json")
+    loo = [m["loo_residual"] for m in run.json()["fit"]["measurements"]]
+    assert loo[0] is not None and loo[-1] is None
+    assert "leave-one-out stopped after" in run.err and "the rest are null" in run.err
+
+
+def test_what_fails_after_a_fit_names_the_fitted_values(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two measurements that pull the bandwidth far from its range: the band's corners then fail."""
+    run = run_main(capsys, "--measured", "current/native=350", "--measured", "ar/native=190", *FIT)
+    assert_clean_error(run, "with --fit native_engine.overhead_cut=", "with --fit hardware.target.mem_bandwidth_tb_s=")
+
+
+def test_smaller_holes_in_the_log(capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]) -> None:
+    entry = {"drafter": "current", "pipeline": "native", "accept": 4.4, "tok_s": 400}
+    run = run_with(capsys, write_calibration, with_log([{**entry, "bugdet": 16}]))
+    assert_clean_error(run, "measurements[0].bugdet: unknown key (did you mean measurements[0].budget?)")
+    assert_clean_error(run_with(capsys, write_calibration, with_log([{**entry, "label": " "}])), "label: is empty")
+    assert_clean_error(run_main(capsys, "--measured", "current/native@=415"), "nothing after @")
+    assert_clean_error(run_main(capsys, *["--measured", "ar/native=190"] * 600), "1,200 arguments; expected at most")
+    sglang = run_main(capsys, "--measured", "stronger/sglang@12=500")
+    assert sglang.code == 0 and "is a measurement on SGLang, but SGLang cannot verify a budget above 8" in sglang.err
+
+
+def test_csv_rows_name_the_fitted_values(capsys: pytest.CaptureFixture[str]) -> None:
+    text = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "csv").out.split("\n\n")[0]
+    row = next(csv.DictReader(io.StringIO(text)))
+    fitted = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "json").json()["fit"]["values"]
+    assert [float(row[FIT[1]]), float(row[FIT[3]])] == fitted
+    assert list(row)[:2] == [FIT[1], FIT[3]]

@@ -261,7 +261,7 @@ def test_chain_alpha_costs_the_same_at_any_depth(depth: int) -> None:
 
 
 def test_chain_alpha_is_printed_with_its_footnote(capsys: pytest.CaptureFixture[str]) -> None:
-    assert "chain alpha" not in run_main(capsys).out  # --all shows it
+    assert "chain alpha:" not in run_main(capsys).out  # --all shows it, and its footnote
     out = flat(run_main(capsys, "--all").out)
     assert "stronger 16 16 0.992" in out
     assert "chain alpha: the per-token acceptance rate a single chain as deep as the block needs" in out

@@ -1,9 +1,9 @@
 """Every `console` sample in README.md is what the tool prints for its command, at 80 columns.
 
-A sample is `$ estimate-b300 ARGS` and the lines under it: stderr, then stdout, as a terminal
-shows them. The command may end in `| head -n N`, `| tail -n N` or `| tail -n +N` (any of them,
-in turn). It runs in process from the project root; without --calibration it reads the shipped
-file by the name `calibration.json`, as the script and an editable install print it.
+A sample is `$ .venv/bin/estimate-b300 ARGS` and the lines under it: stderr, then stdout, as a
+terminal shows them. The command may end in `| head -n N`, `| tail -n N` or `| tail -n +N` (in
+turn). It runs in process, in a scratch copy of the project root as the README's first command
+leaves it: the installed command reads its calibration from `.venv/share/estimate-b300/`.
 
     .venv/bin/python tests/test_readme.py --write    # regenerate the samples after a change
 """
@@ -15,14 +15,18 @@ import io
 import os
 import re
 import shlex
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 import estimate_b300 as eb
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+EXAMPLE = "tests/data/measured.json"
 BLOCK = re.compile(r"^```console\n(.*?)^```\n", re.M | re.S)
 
 
@@ -36,13 +40,17 @@ def samples(text: str) -> list[tuple[str, str]]:
     return found
 
 
-def run(command: str) -> str:
-    """What a terminal shows for the command: its stderr, then its stdout through the pipes."""
+INSTALLED = ".venv/share/estimate-b300/calibration.json"  # where `pip install .` puts the calibration
+COMMAND = ".venv/bin/estimate-b300"
+
+
+def run(command: str, root: Path) -> str:
+    """What a terminal shows for the command in `root`: its stderr, then its stdout through the pipes."""
     program, *pipes = [shlex.split(part) for part in command.split(" | ")]
-    assert program[0] == "estimate-b300", command
-    argv = program[1:] if "--calibration" in program else ["--calibration", "calibration.json", *program[1:]]
+    assert program[0] == COMMAND, command
+    argv = program[1:] if "--calibration" in program else ["--calibration", INSTALLED, *program[1:]]
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.chdir(root):
         eb.main(argv)
     lines = out.getvalue().splitlines(keepends=True)
     for pipe in pipes:
@@ -58,31 +66,41 @@ def run(command: str) -> str:
     return err.getvalue() + "".join(lines)
 
 
+def installed_root(scratch: Path) -> Path:
+    """The files the samples read, where an installed command finds them."""
+    for name, source in [(INSTALLED, ROOT / "calibration.json"), (EXAMPLE, ROOT / EXAMPLE)]:
+        (scratch / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, scratch / name)
+    return scratch
+
+
 SAMPLES = samples(README.read_text())
 
 
-def test_the_readme_has_its_samples() -> None:
+def test_the_readme_has_its_samples_and_no_placeholder() -> None:
     assert len(SAMPLES) >= 12
-    assert SAMPLES[0][0] == "estimate-b300"
+    assert SAMPLES[0][0] == COMMAND
+    assert not re.search(r"^[A-Z][A-Z_]+$", README.read_text(), re.M)  # a placeholder left on its own line
 
 
 @pytest.mark.parametrize(("command", "shown"), SAMPLES, ids=[c for c, _ in SAMPLES])
-def test_each_readme_sample_is_what_the_tool_prints(command: str, shown: str) -> None:
-    assert run(command) == shown
+def test_each_readme_sample_is_what_the_tool_prints(command: str, shown: str, tmp_path: Path) -> None:
+    assert run(command, installed_root(tmp_path)) == shown
 
 
 def write() -> None:
     """Put each sample's output under its command."""
     text = README.read_text()
+    with tempfile.TemporaryDirectory() as scratch:
+        root = installed_root(Path(scratch))
 
-    def fill(block: re.Match[str]) -> str:
-        commands = [command for command, _ in samples(block.group(0))]
-        return "```console\n" + "".join(f"$ {c}\n{run(c)}" for c in commands) + "```\n"
+        def fill(block: re.Match[str]) -> str:
+            commands = [command for command, _ in samples(block.group(0))]
+            return "```console\n" + "".join(f"$ {c}\n{run(c, root)}" for c in commands) + "```\n"
 
-    README.write_text(BLOCK.sub(fill, text))
+        README.write_text(BLOCK.sub(fill, text))
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    os.chdir(README.parent)
     os.environ.pop("COLUMNS", None)
     write()
