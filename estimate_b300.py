@@ -2237,6 +2237,7 @@ def build_report(options: Options) -> Report:
     path = options.calibration or default_calibration_path()
     file = options.calibration or display_name(path)
     label = file + "".join(f" with --set {o.text}" for o in options.overrides)
+    found_by = "--solve" if options.solve else "--fit"  # the option that finds values from measurements
     try:
         original, digest = read_document(path)
         doc = original
@@ -2250,8 +2251,7 @@ def build_report(options: Options) -> Report:
             fitted = fit(doc, cal, options.fit, cal.measurements)
         if fitted:
             doc, cal = recalibrate(doc, cal, [(parse_path(v.path), v.value) for v in fitted.values])
-            found_by = "--solve" if solution else "--fit"  # what follows runs at these values: errors say so
-            label += "".join(f" with {found_by} {v.path}={v.value:.6g}" for v in fitted.values)
+            label += "".join(f" with {found_by} {v.path}={v.value:.6g}" for v in fitted.values)  # errors say so
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
         sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
@@ -2263,7 +2263,7 @@ def build_report(options: Options) -> Report:
     warnings += fitted.warnings if fitted else ()
     changed = {format_path(o.path): f"--set {o.text}" for o in options.overrides}
     changed |= {format_path(s.path): f"--sweep {s.text}" for s in options.sweeps}
-    changed |= {v.path: f"{'--solve' if solution else '--fit'} {v.path}" for v in fitted.values} if fitted else {}
+    changed |= {v.path: f"{found_by} {v.path}" for v in fitted.values} if fitted else {}
     provenance = Provenance(file, digest, __version__, tuple(o.text for o in options.overrides))
     return Report(
         provenance, est, top, predictions(cal), None if solution else fitted, solution, sens, sweep,
