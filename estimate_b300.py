@@ -25,7 +25,8 @@ which --explain prints line by line:
 
 Where the numbers come from: calibration.json (beside this file, or
 --calibration PATH) holds every input with a source saying whether it was
-measured, inferred or assumed. The code holds formulas only.
+measured, inferred or assumed, and a log of later measurements that every
+run predicts and --fit fits the assumptions to. The code holds formulas only.
 
 Run it:
     python estimate_b300.py                      # tables and a breakdown chart
@@ -34,13 +35,14 @@ Run it:
     python estimate_b300.py --sweep native_engine.overhead_cut=0.2:0.6:0.1
     python estimate_b300.py --sensitivity
     python estimate_b300.py --solve native_engine.overhead_cut --observed current/native=463
+    python estimate_b300.py --measured ar/native=190 --measured current/native=421 --fit native_engine.overhead_cut
 
 Bad input exits with status 2 and one line on stderr naming the file, the
 option and the key path; nothing is printed on stdout and no file is written.
 
 The file reads top to bottom: the calibration's records; the model; loading and
 validating the calibration; key paths; the analyses (overrides, sweeps, sensitivity,
-solving, warnings); one run's report; rendering; the command line.
+the fit and solving, warnings); one run's report; rendering; the command line.
 """
 
 import argparse
