@@ -1822,16 +1822,19 @@ def fit(
     start = [number_at(doc, path) for path, _ in keys]
     spent = [0]  # predictions made: leave-one-out stops at a budget
 
+    def calibrated(values: Sequence[float]) -> Calibration:
+        return recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
+
     def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
         spent[0] += len(among)
         try:
-            at = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
-            return [p.residual for p in predictions(at, among)]
+            return [p.residual for p in predictions(calibrated(values), among)]
         except CalibrationError:  # a value at which the calibration does not hold
             return None
 
     domains = [domain for _, domain in keys]
-    r0 = [p.residual for p in predictions(cal, measurements)]  # at the values in force: an error is an error
+    before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
+    r0 = [p.residual for p in before]
     roots: list[float] = []
     if len(keys) == 1 and len(measurements) == 1:  # --solve: every root, not only the nearest minimum
 
@@ -1869,7 +1872,6 @@ def fit(
             refit = _levenberg_marquardt(rest_residuals, values, r_rest, domains, columns, iterations=10)
             r_out = residuals(refit, [left_out])
             loo[i] = None if r_out is None else r_out[0]
-    fitted = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
         FitValue(name, value, before, ranges.get(name))
@@ -1884,8 +1886,8 @@ def fit(
         f"{option} {v.path}: {v.value:.6g} lies on the edge of the values it may take ({d.describe()})"
         for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d)
     ]  # fmt: skip
-    return Fit(fit_values, predictions(cal, measurements), predictions(fitted, measurements), tuple(loo),
-               tuple(roots), method, tuple(warnings))  # fmt: skip
+    return Fit(fit_values, before, predictions(calibrated(values), measurements), tuple(loo), tuple(roots),
+               method, tuple(warnings))  # fmt: skip
 
 
 def _at_edge(value: float, domain: Domain) -> bool:
@@ -1959,7 +1961,7 @@ def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list
     tell one below 1e-6 of it.
     """
     p = len(columns)
-    a = [[sum(x * y for x, y in zip(ci, cj, strict=True)) for cj in columns] for ci in columns]
+    a = _products(columns, columns)
     v = [[float(i == j) for j in range(p)] for i in range(p)]
     for _ in range(50):
         if sum(a[i][j] ** 2 for i, j in itertools.combinations(range(p), 2)) <= 1e-32 * sum(x * x for x in a[0]):
@@ -1991,8 +1993,8 @@ def _levenberg_marquardt(
     values, r, cost, damping = list(start), list(r0), sum(x * x for x in r0), 1e-3
     for _ in range(iterations):
         columns = columns or _jacobian(residuals, values, r, domains)
-        a = [[sum(x * y for x, y in zip(ci, cj, strict=True)) for cj in columns] for ci in columns]
-        g = [sum(x * y for x, y in zip(col, r, strict=True)) for col in columns]
+        a = _products(columns, columns)  # J^T J
+        g = [row[0] for row in _products(columns, [r])]  # J^T r
         while True:
             damped = [[a[i][j] + (damping * a[i][j] if i == j else 0.0) for j in range(len(a))] for i in range(len(a))]
             trial = [
@@ -2010,6 +2012,11 @@ def _levenberg_marquardt(
         if converged:
             return values
     return values
+
+
+def _products(rows: list[list[float]], columns: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Every dot product of a row with a column: the Gram matrix J^T J when both are J's columns."""
+    return [[sum(x * y for x, y in zip(row, col, strict=True)) for col in columns] for row in rows]
 
 
 def _solve_linear(a: list[list[float]], b: list[float]) -> list[float]:
