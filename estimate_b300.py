@@ -852,6 +852,22 @@ def estimate(cal: Calibration) -> Estimate:
 # === Loading and validating the calibration ===
 
 
+def printable(text: str) -> str:
+    r"""Text with control characters and lone surrogates escaped, so nothing echoed can steer a terminal.
+
+    Every text the calibration or the command line hands to the output passes here once, on its way
+    in, so that a name or a label stays on its line in every format.
+
+    >>> printable("B300\x1b[31m\n\ud800")
+    'B300\\x1b[31m\\n\\ud800'
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode("ascii") for ch in text
+    )
+
+
 def _describe(value: object, quote: bool = True) -> str:
     """A value as an error message shows it: 40 -> '40', "8" -> 'a string "8"', [1] -> 'a list [1]'."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
@@ -991,7 +1007,7 @@ class _Reader:
         value = self.raw(key, expected, default)
         if not isinstance(value, str) or (choices and value not in choices):
             raise self.error(key, f"got {_describe(value)}; expected {expected}")
-        return value
+        return printable(value)
 
     def items(self, key: str, fewest: int = 1, most: int = 1000) -> list[object]:
         value = self.raw(key, "a list")
@@ -1068,7 +1084,7 @@ def _read_anchors(anchors: _Reader) -> Anchors:
     if measured_on is not None and not isinstance(measured_on, str):
         raise anchors.error("measured_on", f"got {_describe(measured_on)}; expected a GPU's name")
     anchors.finish()
-    return Anchors(ar_tok_s, ddtree, measured_on)
+    return Anchors(ar_tok_s, ddtree, None if measured_on is None else printable(measured_on))
 
 
 def _read_sglang(section: _Reader | None) -> SglangPipeline | None:
@@ -1076,7 +1092,7 @@ def _read_sglang(section: _Reader | None) -> SglangPipeline | None:
     if section is None:
         return None
     reason = section.data.get("max_budget_source", section.data.get("source", ""))
-    pipeline = SglangPipeline(section.count("max_budget"), reason if isinstance(reason, str) else "")
+    pipeline = SglangPipeline(section.count("max_budget"), printable(reason) if isinstance(reason, str) else "")
     section.finish()
     return pipeline
 
@@ -1127,7 +1143,9 @@ def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
         entry.known |= dict.fromkeys(("block", "budget", "source"))  # for the hint that names an unknown key
         source = entry.data.get("source", "")
         entry.finish()
-        found.append(Measurement(label, drafter, pipeline, block, budget, accept, tok_s, str(source), entry.path))
+        found.append(
+            Measurement(label, drafter, pipeline, block, budget, accept, tok_s, printable(str(source)), entry.path)
+        )
     return tuple(found)
 
 
@@ -2273,7 +2291,7 @@ def build_report(options: Options) -> Report:
     changed = {format_path(o.path): f"--set {o.text}" for o in options.overrides}
     changed |= {format_path(s.path): f"--sweep {s.text}" for s in options.sweeps}
     changed |= {v.path: f"{found_by} {v.path}" for v in fitted.values} if fitted else {}
-    provenance = Provenance(file, digest, __version__, tuple(o.text for o in options.overrides))
+    provenance = Provenance(printable(file), digest, __version__, tuple(printable(o.text) for o in options.overrides))
     return Report(
         provenance, est, top, predictions(cal), None if solution else fitted, solution, sens, sweep,
         tuple(dict.fromkeys(warnings)), doc, changed, original,
@@ -2339,11 +2357,12 @@ def markdown_text(text: object) -> str:
     >>> markdown_text("a|b *c* <b>[d]</b> `e` \\ f_g")
     'a\\|b \\*c\\* \\<b\\>\\[d\\]\\</b\\> \\`e\\` \\\\ f\\_g'
     """
-    return re.sub(r"([\\`*_\[\]<>|~#&])", r"\\\1", str(text))
+    return re.sub(r"([\\`*_\[\]<>|~#&])", r"\\\1", printable(str(text)))
 
 
 def code_span(text: str) -> str:
     """Text as Markdown code: nothing inside is markup, so only a backtick needs a longer fence."""
+    text = printable(text)
     fence = "``" if "`" in text else "`"
     return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
 
@@ -2383,7 +2402,7 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
 
     def shown(value: object, as_text: bool) -> object:  # text as it lands: one line, escaped; None left empty
         if isinstance(value, str):
-            return markdown_text(printable(value)) if style.markdown else printable(value)
+            return markdown_text(value) if style.markdown else printable(value)
         return value if value is None or not as_text else str(value)
 
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
@@ -3405,19 +3424,6 @@ def terminal_columns() -> int:
 
 
 # --- Writing: the output escaped for a terminal, failures of stdout and stderr handled ---
-
-
-def printable(text: str) -> str:
-    r"""Text with control characters and lone surrogates escaped, so nothing echoed can steer a terminal.
-
-    >>> printable("B300\x1b[31m\n\ud800")
-    'B300\\x1b[31m\\n\\ud800'
-    """
-    if text.isprintable():
-        return text
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode("ascii") for ch in text
-    )
 
 
 def printable_lines(text: str) -> str:

@@ -6,7 +6,8 @@
    `estimate-b300` with the default tables and with --format json, interleaved round by round
    so that machine noise hits every command alike; then their ratios.
 2. Sweeps: a 100,000-point `--sweep native_engine.overhead_cut=...` (800,000 scenarios) in each
-   format, its wall time and its peak resident memory (the child's own, from wait4).
+   format, its wall time and its peak resident memory (the child's own, from wait4); then, in
+   process over 20,000 points, where a JSON point's time goes.
 3. Fits, in process: measurements made by the model at known values with 1% noise, fitted from
    the shipped values: 5 values to 50 measurements (the least squares alone, then with
    leave-one-out), and 2 and 5 values to 100 measurements with leave-one-out.
@@ -68,6 +69,30 @@ def sweeps(exe: Path) -> None:
         peak_mb = usage.ru_maxrss / 1024  # KiB on Linux
         assert os.waitstatus_to_exitcode(status) == 0, fmt
         print(f"sweep of {points:,} points, --format {fmt:8s}: {seconds:5.1f} s, peak {peak_mb:5.0f} MB")
+    sweep_split(20_000)
+
+
+def sweep_split(points: int) -> None:
+    """Where a JSON sweep point's time goes, in process: the check, the estimate again, the encoding."""
+    doc, _ = eb.read_document(eb.default_calibration_path())
+    cal = eb.parse_calibration(doc)
+    step = 0.9 / points
+    sweep = eb.parse_sweep(f"native_engine.overhead_cut=0:{0.9 - step / 2}:{step}")
+    t0 = time.perf_counter()
+    plan = eb.plan_sweep(doc, cal, [sweep], "bench")
+    check = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in plan.points():
+        pass
+    again = time.perf_counter() - t0
+    encode = 0.0
+    for point in plan.points():
+        t0 = time.perf_counter()
+        json.dumps({"values": dict(point.values), "scenarios": [eb._scenario_json(r) for r in point.scenarios]})
+        encode += time.perf_counter() - t0
+    check, again, encode = (1e6 * t / points for t in (check, again, encode))
+    print(f"a JSON sweep point, over {points:,}: check {check:.0f} us, estimate again {again:.0f} us, ", end="")
+    print(f"encode {encode:.0f} us")
 
 
 def generated(n: int, rng: random.Random) -> tuple[dict[str, object], list[dict[str, object]]]:

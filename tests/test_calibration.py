@@ -9,29 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEFAULT_CALIBRATION, Run, default_doc, run_main, run_script
+from conftest import DEFAULT_CALIBRATION, assert_clean_error, default_doc, mutated, run_main, run_script
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import estimate_b300 as eb
-
-
-def assert_clean_error(run: Run, *fragments: str) -> None:
-    """Exit 2, nothing on stdout, one line on stderr that names the file and says what is wrong."""
-    assert run.code == 2, run.err
-    assert run.out == ""
-    assert "Traceback" not in run.err
-    assert run.err.count("\n") == 1, run.err
-    assert run.err.startswith("estimate_b300: ")
-    for fragment in fragments:
-        assert fragment in run.err, f"{fragment!r} not in {run.err!r}"
-
-
-def mutated(edit: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
-    doc = default_doc()
-    edit(doc)
-    return doc
-
 
 # --- The file itself ---------------------------------------------------------------------
 

@@ -100,6 +100,32 @@ def test_a_lone_surrogate_in_the_calibration(write_calibration: Any, fmt: list[s
         assert "\\ud800" in run.out
 
 
+NEWLINES = {  # key path -> a JSON string with a newline in it
+    "hardware.target.name": '"EV\\nIL"',
+    "anchors.measured_on": '"ME\\nASURED"',
+    "sglang.max_budget_source": '"RE\\nASON"',
+    "measurements[0].label": '"LA\\nBEL"',
+    "measurements[0].source": '"SO\\nURCE"',
+}
+
+
+@pytest.mark.parametrize(
+    "fmt", [[], ["--all"], ["--format", "markdown", "--all"], ["--explain"], ["--format", "json"], ["--format", "csv"]]
+)
+def test_a_newline_in_calibration_text_stays_on_its_line(capsys: pytest.CaptureFixture[str], fmt: list[str]) -> None:
+    """A name, a source or a label shows its newline as \\n in every format and never breaks a line."""
+    overrides = [f"--set={path}={value}" for path, value in NEWLINES.items()]
+    run = run_main(capsys, "--calibration", str(ROOT / "tests" / "data" / "measured.json"), *overrides, *fmt)
+    assert run.code == 0, run.err
+    for value in NEWLINES.values():
+        before, after = json.loads(value).split("\n")
+        assert f"{before}\n{after}" not in run.out + run.err
+    if fmt[-1:] == ["json"]:
+        assert json.loads(run.out)["measurements"][0]["label"] == "LA\\nBEL"
+    else:
+        assert "EV\\nIL" in run.out and "LA\\nBEL" in run.out
+
+
 # --- The output streams ------------------------------------------------------------------------
 
 
