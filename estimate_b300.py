@@ -1931,7 +1931,7 @@ def _jacobian(
     """Forward differences, one column per value (backward where forward leaves the domain)."""
     columns = []
     for j, (value, domain) in enumerate(zip(values, domains, strict=True)):
-        step = 1e-6 * max(abs(value), 1e-6)
+        step = 1e-6 * _scale(value)
         for h in (step, -step):
             moved = [*values[:j], value + h, *values[j + 1 :]]
             if value + h in domain and (r := residuals(moved)) is not None:
@@ -1942,19 +1942,24 @@ def _jacobian(
     return columns
 
 
+def _scale(value: float) -> float:
+    """How large a value counts as when a change of it is weighed: itself, but at least 1e-6, so 0 can move."""
+    return max(abs(value), 1e-6)
+
+
 def _check_identifiable(
     columns: list[list[float]], values: Sequence[float], names: Sequence[str], measurements: Sequence[Measurement],
     option: str,
 ) -> None:  # fmt: skip
     """Each value moves some measurement, and no two move them alike: else name those at fault.
 
-    A value moves nothing when a change of it by 1 part in 1e7 moves no prediction by more than
-    float noise (elasticities below 1e-7). The columns are scaled to unit length and a singular
-    value below 1e-6 of the largest counts as zero.
+    A value moves nothing when a change of it by 1 part in 1e7 (of its scale: a value at 0 has one)
+    moves no prediction by more than float noise (elasticities below 1e-7). The columns are scaled to
+    unit length and a singular value below 1e-6 of the largest counts as zero.
     """
     norms = [math.sqrt(sum(x * x for x in col)) for col in columns]
     for name, norm, value in zip(names, norms, values, strict=True):
-        if norm * max(abs(value), 1e-12) <= 1e-7:
+        if norm * _scale(value) <= 1e-7:
             said = (
                 f"{measurements[0].label} does not depend on it" if len(measurements) == 1
                 else f"none of the {len(measurements)} measurements depends on it"
@@ -2240,6 +2245,7 @@ class Headline(NamedTuple):
     native: Scenario  # today's drafter on the native engine
     stronger: dict[str, tuple[Scenario, ...]]  # the stronger drafter, by each pipeline that can run it
     band: Sensitivity | None  # of the stronger drafter on the native engine over the calibration's ranges
+    no_band: str = ""  # why there is no band although the calibration has ranges
 
 
 class Report(NamedTuple):
@@ -2287,6 +2293,7 @@ def build_report(options: Options) -> Report:
         exc.file = exc.file or label
         raise
     warnings = [message for _, message in physical_warnings(cal, est.scenarios)] + list(sweep.warnings if sweep else ())
+    warnings += [top.no_band] if top.no_band else []
     warnings += fitted.warnings if fitted else ()
     changed = {format_path(o.path): f"--set {o.text}" for o in options.overrides}
     changed |= {format_path(s.path): f"--sweep {s.text}" for s in options.sweeps}
@@ -2302,11 +2309,14 @@ def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool) -> Hea
     """Today's throughput, the native engine's, the stronger drafter's where it can run, and how sure."""
     rows = {(row.drafter, row.pipeline): row for row in est.scenarios}  # the first accept length of each
     stronger = {p: tuple(r for r in est.scenarios if (r.drafter, r.pipeline) == ("stronger", p)) for p in PIPELINES}
-    spread = None
+    spread, no_band = None, ""
     if band and cal.ranges:
-        spread = sensitivity(doc, cal, ScenarioSpec("stronger", "native", None), every_corner=False)
+        try:
+            spread = sensitivity(doc, cal, ScenarioSpec("stronger", "native", None), every_corner=False)
+        except CalibrationError as exc:  # an end of a range the calibration cannot take: JSON would not notice
+            no_band = f"the headline has no uncertainty band: {exc.path}: {exc.message}"
     runnable = {p: rows for p, rows in stronger.items() if rows[0].runnable}
-    return Headline(rows["current", "sglang"], rows["current", "native"], runnable, spread)
+    return Headline(rows["current", "sglang"], rows["current", "native"], runnable, spread, no_band)
 
 
 # === Rendering: every renderer reads the report and formats it; none calls the model ===
@@ -2398,7 +2408,7 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     from tabulate import tabulate
 
     tabulate_module.MIN_PADDING = 0  # a column as wide as its widest cell or header: they stand apart already
-    text = [i for i, c in enumerate(columns) if not c.fmt]
+    text = [i for i, c in enumerate(columns) if c.fmt in ("", "s")]  # words, which may wrap
 
     def shown(value: object, as_text: bool) -> object:  # text as it lands: one line, escaped; None left empty
         if isinstance(value, str):
@@ -2415,16 +2425,17 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
             disable_numparse=text, maxcolwidths=widths,
         )  # fmt: skip
         excess = max(map(len, out.splitlines()), default=0) - style.width
-        if excess <= 0 or style.markdown or not text:
+        if excess <= 0 or style.markdown:
             return out
-        # wrap the widest text column, so far as a word of it allows
+        # wrap the widest text column that is wider than its longest word, so far as that word allows
         every: list[Sequence[object]] = [*cells, headers]
-        lengths = {i: max(len(str(r[i] or "")) for r in every) for i in text}
-        widest = max(text, key=lengths.__getitem__)
-        now = widths[widest] or lengths[widest]
-        if now <= 12:
+        now = {i: widths[i] or max(len(str(r[i] or "")) for r in every) for i in text}
+        word = {i: max((len(w) for r in every for w in str(r[i] or "").split()), default=1) for i in text}
+        narrower = [i for i in text if now[i] > word[i]]
+        if not narrower:
             return out
-        widths[widest] = max(12, now - excess)
+        widest = max(narrower, key=now.__getitem__)
+        widths[widest] = max(word[widest], now[widest] - excess)
 
 
 class Section(NamedTuple):
@@ -2787,8 +2798,9 @@ def sections(report: Report, style: Style) -> list[Section]:
     parts = [solve_section(report, style)] if report.solve else []
     parts += [fit_section(report, style)] if report.fit else []
     if report.sweep is not None:
-        return [*parts, sweep_section(report, style)]
-    parts += [calibration_section(report, style), *drafter_sections(report, style)]
+        parts.append(sweep_section(report, style))
+    else:
+        parts += [calibration_section(report, style), *drafter_sections(report, style)]
     return parts + ([sensitivity_section(report, style)] if report.sensitivity else [])
 
 
@@ -2827,9 +2839,11 @@ def notes(report: Report, style: Style) -> list[str]:
         if not r.low <= r.value <= r.high
     ]
     if not report.headline.band and report.sweep is None:
+        no_band = "the ranges in the calibration give no band (see the warning)"
+        band = no_band if report.headline.no_band else "a `ranges` section in the calibration gives a band"
         found.append(
             "Every row but the measured one is an estimate: the non-MoE split, the native cut and the stronger "
-            "drafter's cost and accept lengths are assumptions; a `ranges` section in the calibration gives a band."
+            f"drafter's cost and accept lengths are assumptions; {band}."
         )
     if not style.everything and report.sweep is None:
         adds = ["break-even", "chain alpha", "the physical cross-check", "the MoE floor"]

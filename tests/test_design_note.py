@@ -36,6 +36,20 @@ def test_all_shows_every_section_and_still_fits() -> None:
     assert "--all adds" not in out
 
 
+def test_a_long_cell_wraps_its_own_column_at_word_boundaries(capsys: pytest.CaptureFixture[str]) -> None:
+    """A break-even out of reach says why in a long sentence: that column wraps, not the short words beside it."""
+    run = run_main(capsys, "--all", "--set", "stronger_drafter.block=5", "--set", "stronger_drafter.accept=[4,5,6]")
+    assert run.code == 0, run.err
+    lines = run.out.splitlines()
+    assert max(map(len, lines)) <= 80
+    table = lines[lines.index("of decoding") + 1 :]
+    table = table[: table.index("")]
+    assert (
+        sum("autoregressive" in line for line in table) == 2 and sum("current drafter" in line for line in table) == 2
+    )
+    assert any(line.rstrip().endswith("cannot: it would") for line in table)
+
+
 def test_a_wider_terminal_is_used() -> None:
     """COLUMNS (or the terminal, when stdout is one) wider than 80 is the width text and chart fill."""
     out = run_script("--all", env={"COLUMNS": "120"}).out
@@ -73,6 +87,26 @@ def test_without_ranges_there_is_no_band_and_no_error(
     assert run.code == 0 and run.err == ""
     assert "Uncertainty: over the ranges" not in flat(run.out)
     assert "a `ranges` section in the calibration gives a band" in flat(run.out)
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+def test_ranges_the_calibration_cannot_take_cost_the_band_not_the_run(
+    capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """A DDTree anchor so fast that the low end of ar_tok_s's range conflicts with it: every format runs."""
+    run = run_main(capsys, "--set", "anchors.ddtree.tok_s=466.834", "--format", fmt)
+    assert run.code == 0, run.err
+    if fmt == "json":  # JSON shows no headline, so it has no band to miss
+        assert run.err == ""
+        return
+    assert run.err.count("\n") == 1
+    assert run.err.startswith(
+        "estimate_b300: warning: the headline has no uncertainty band: ranges: at anchors.ar_tok_s="
+    )
+    assert "Uncertainty:" not in flat(run.out)
+    assert "the ranges in the calibration give no band (see the warning)" in flat(run.out)
+    asked = run_main(capsys, "--set", "anchors.ddtree.tok_s=466.834", "--sensitivity")
+    assert asked.code == 2 and "expected ranges it can use" in asked.err  # asked for, it is an error
 
 
 # --- One baseline per comparison ---------------------------------------------------------------

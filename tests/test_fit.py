@@ -310,6 +310,20 @@ def test_fit_output_in_every_format(capsys: pytest.CaptureFixture[str]) -> None:
     assert f"native_engine.overhead_cut = {cut:.6g}: fitted to 4 measurements, was 0.4" in explain
 
 
+@pytest.mark.parametrize("start", ["0", "1e-8", "0.9"])
+def test_a_fit_from_any_start_in_the_domain_lands_on_the_same_value(
+    capsys: pytest.CaptureFixture[str], start: str
+) -> None:
+    """A value at 0 still moves the predictions: the fit starts there like anywhere else."""
+    fitted = []
+    for args in ([], ["--set", f"{FIT[1]}={start}"]):
+        run = run_main(capsys, "--calibration", str(EXAMPLE), "--fit", FIT[1], *args, "--format", "json")
+        assert run.code == 0, run.err
+        fitted.append(json.loads(run.out)["fit"]["values"][0])
+    assert fitted[1] == pytest.approx(fitted[0], abs=1e-6)
+    assert fitted[0] == pytest.approx(0.3158, abs=1e-4)  # the worked example's fit of the cut alone
+
+
 def test_a_fit_on_the_edge_of_what_a_value_may_take_warns(capsys: pytest.CaptureFixture[str]) -> None:
     """AR at 5000 tok/s natively would need a cut past 1 (3865 tok/s at 1); the best the fit can do is just below."""
     run = run_main(capsys, "--measured", "ar/native=5000", "--measured", "ar/native=6000", "--fit", FIT[1])
@@ -434,9 +448,12 @@ def test_leave_one_out_stops_at_its_budget(capsys: pytest.CaptureFixture[str], m
 
 
 def test_what_fails_after_a_fit_names_the_fitted_values(capsys: pytest.CaptureFixture[str]) -> None:
-    """Two measurements that pull the bandwidth far from its range: the band's corners then fail."""
-    run = run_main(capsys, "--measured", "current/native=350", "--measured", "ar/native=190", *FIT)
+    """Two measurements that pull the bandwidth far from its range: the corners of the ranges then fail."""
+    measured = ["--measured", "current/native=350", "--measured", "ar/native=190"]
+    run = run_main(capsys, *measured, *FIT, "--sensitivity")
     assert_clean_error(run, "with --fit native_engine.overhead_cut=", "with --fit hardware.target.mem_bandwidth_tb_s=")
+    run = run_main(capsys, *measured, *FIT)  # not asked for, the band is left out of the headline with a warning
+    assert run.code == 0 and "warning: the headline has no uncertainty band" in run.err
 
 
 def test_smaller_holes_in_the_log(capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]) -> None:

@@ -255,6 +255,19 @@ def test_sensitivity_table_explains_the_band(capsys: pytest.CaptureFixture[str])
     assert "native_engine.overhead_cut = 0.7 lies outside its range 0.2 - 0.6" in out
 
 
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+def test_a_sweep_keeps_the_sensitivity_asked_for(capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    """--sensitivity beside --sweep studies the calibration in force; every format shows both."""
+    run = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.1,0.2", "--sensitivity", "--format", fmt)
+    assert run.code == 0, run.err
+    if fmt == "json":
+        doc = json.loads(run.out)
+        assert len(doc["sweep"]) == 2 and doc["sensitivity"]["scenario"] == "stronger/native@14"
+    else:
+        out = flat(run.out)
+        assert "Sweep: 2 points" in out and "Sensitivity of stronger/native@14 (950 tok/s)" in out
+
+
 @pytest.mark.parametrize(
     ("label", "expected"),
     [
