@@ -76,6 +76,7 @@ MAX_FILE_BYTES = 4 << 20  # a calibration file: the shipped one is 5 KB
 MAX_ITEMS = {"points": 1000, "accept": 64}  # curve points; accept lengths of a drafter
 MAX_RANGES = 10  # the band tries every combination of range ends: 2^10
 MAX_PATH = 16  # segments of a key path; the deepest in a calibration has 5
+MAX_TEXT = 500  # characters of a name, label, source or note: the longest shipped is 263; tables wrap them
 MAX_NESTING = 32  # lists and objects within a --set value
 MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid; 800,000 scenarios are plenty
 MAX_FIT = 8  # values fitted at once: more than the measurements of one model can usually tell apart
@@ -949,6 +950,10 @@ class _Reader:
     def __init__(self, data: object, path: str, domains: dict[str, Domain] | None, root: object = None) -> None:
         if not isinstance(data, dict):
             raise CalibrationError(path or "(top level)", f"got {_kind(data)}; expected an object")
+        for key, value in data.items():
+            if isinstance(value, str) and len(value) > MAX_TEXT:
+                where = f"{path}.{key}" if path else key
+                raise CalibrationError(where, f"has {len(value):,} characters; expected at most {MAX_TEXT:,}")
         self.data: dict[str, object] = data
         self.path, self.domains = path, domains
         self.root = data if root is None else root  # the whole document: ranges read values in force from it
@@ -2404,6 +2409,8 @@ class Column(NamedTuple):
 
 def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     """A table in any tabulate format: tabulate formats and aligns the numbers, and wraps text to fit the width."""
+    import textwrap
+
     import tabulate as tabulate_module
     from tabulate import tabulate
 
@@ -2417,25 +2424,29 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
 
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
     headers = [str(shown(c.header, True)) for c in columns]
-    widths: list[int | None] = [None] * len(columns)
+    every: list[Sequence[object]] = [*cells, headers]
+    now = {i: max(len(str(r[i] or "")) for r in every) for i in text}  # each text column's width
+    # the least width of a text column: its longest word, its header (tabulate does not wrap those), or 12
+    word = {i: max([12, len(headers[i]), *(len(w) for r in cells for w in str(r[i] or "").split())]) for i in text}
+    wrapped = {i: [r[i] for r in cells] for i in text}  # its cells at that width
     while True:
         out: str = tabulate(
-            cells, headers=headers, tablefmt="pipe" if style.markdown else style.tablefmt, missingval="",
+            [[wrapped[i][k] if i in wrapped else cell for i, cell in enumerate(row)] for k, row in enumerate(cells)],
+            headers=headers, tablefmt="pipe" if style.markdown else style.tablefmt, missingval="",
             floatfmt=[c.fmt or "g" for c in columns], colalign=["right" if c.fmt else "left" for c in columns],
-            disable_numparse=text, maxcolwidths=widths,
+            disable_numparse=text,
         )  # fmt: skip
         excess = max(map(len, out.splitlines()), default=0) - style.width
-        if excess <= 0 or style.markdown:
-            return out
-        # wrap the widest text column that is wider than its longest word, so far as that word allows
-        every: list[Sequence[object]] = [*cells, headers]
-        now = {i: widths[i] or max(len(str(r[i] or "")) for r in every) for i in text}
-        word = {i: max((len(w) for r in every for w in str(r[i] or "").split()), default=1) for i in text}
         narrower = [i for i in text if now[i] > word[i]]
-        if not narrower:
+        if excess <= 0 or style.markdown or not narrower:
             return out
+        # wrap the widest text column that is wider than its least, so far as that allows;
+        # textwrap, not tabulate's maxcolwidths: several times faster on long text (tabulate's wrapper
+        # measures every word with a regular expression), and it wraps only the column that changed
         widest = max(narrower, key=now.__getitem__)
-        widths[widest] = max(word[widest], now[widest] - excess)
+        now[widest] = max(word[widest], now[widest] - excess)
+        fill = functools.partial(textwrap.fill, width=now[widest], break_long_words=False, break_on_hyphens=False)
+        wrapped[widest] = [fill(row[widest]) if isinstance(row[widest], str) else row[widest] for row in cells]
 
 
 class Section(NamedTuple):

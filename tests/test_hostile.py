@@ -271,6 +271,35 @@ def test_an_extreme_block_is_quick() -> None:
     assert time.perf_counter() - start < 3.0  # the start-up of a fresh interpreter included
 
 
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [("hardware.target.name", "B" * 501), ("measurements", [{"decode": "autoregressive", "pipeline": "native",
+      "tok_s": 200, "source": "s " * 251}]), ("stronger_drafter.accept_source", "x" * 10**5)],
+)  # fmt: skip
+def test_a_text_longer_than_500_characters_is_refused(
+    capsys: pytest.CaptureFixture[str], path: str, value: object
+) -> None:
+    run = run_main(capsys, "--set", f"{path}={json.dumps(value)}")
+    assert_clean_error(run, "characters; expected at most 500")
+
+
+def test_the_longest_texts_everywhere_stay_quick(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
+    """100 measurements whose label and source are 500 characters of one-letter words: every table wraps them."""
+    doc = default_doc()
+    doc["hardware"]["target"]["name"] = "B" * 500
+    doc["measurements"] = [
+        {"drafter": "current", "pipeline": "native", "accept": 4.4, "tok_s": 400 + i, "label": f"{i:03d} " + "a " * 248,
+         "source": "b " * 250}
+        for i in range(100)
+    ]  # fmt: skip
+    path = str(write_calibration(doc))
+    for fmt in (["--all"], ["--all", "--tablefmt", "grid"], ["--format", "markdown", "--all"]):
+        start = time.perf_counter()
+        run = run_main(capsys, "--calibration", path, *fmt)
+        assert run.code == 0, run.err
+        assert time.perf_counter() - start < 1.0, fmt
+
+
 # --- Nothing absurd without a word -------------------------------------------------------------
 
 
