@@ -2446,7 +2446,7 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
         widest = max(narrower, key=now.__getitem__)
         now[widest] = max(word[widest], now[widest] - excess)
         fill = functools.partial(textwrap.fill, width=now[widest], break_long_words=False, break_on_hyphens=False)
-        wrapped[widest] = [fill(row[widest]) if isinstance(row[widest], str) else row[widest] for row in cells]
+        wrapped[widest] = [fill(cell) if isinstance(cell := row[widest], str) else cell for row in cells]
 
 
 class Section(NamedTuple):
@@ -3281,6 +3281,19 @@ class _Parser(argparse.ArgumentParser):
         raise usage_error(message)
 
 
+class _Once(argparse.Action):
+    """An option that takes one value: given twice, it is a usage error, not the later value winning unseen."""
+
+    given = False
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        if self.given:
+            raise argparse.ArgumentError(self, "given twice; expected it once")
+        self.given = True
+        setattr(namespace, self.dest, values)
+
+
 def usage_error(message: str) -> CalibrationError:
     return CalibrationError("", f"{message}; see --help", file="usage")
 
@@ -3293,9 +3306,26 @@ def build_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("-h", "--help", action="store_true", help="show this help and exit")
     add("--version", action="store_true", help="show the version and exit")
-    add("--calibration", metavar="PATH", help="calibration JSON to read (default: the one shipped beside the tool)")
-    add("--format", choices=RENDERERS, default="table", help="tables, one JSON object, a Markdown document, or CSV")
-    add("--tablefmt", default="simple", metavar="NAME", help="any tabulate format for the tables, e.g. github")
+    add(
+        "--calibration",
+        action=_Once,
+        metavar="PATH",
+        help="calibration JSON to read (default: the one shipped beside the tool)",
+    )
+    add(
+        "--format",
+        action=_Once,
+        choices=RENDERERS,
+        default="table",
+        help="tables, one JSON object, a Markdown document, or CSV",
+    )
+    add(
+        "--tablefmt",
+        action=_Once,
+        default="simple",
+        metavar="NAME",
+        help="any tabulate format for the tables, e.g. github",
+    )
     show = parser.add_argument_group("showing the work").add_argument
     show(
         "--all",
@@ -3327,11 +3357,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     what_if(
         "--scenario",
+        action=_Once,
         metavar="DRAFTER/PIPELINE[@ACCEPT]",
         help="what --sensitivity studies (default: stronger/native, median accept)",
     )
-    what_if("--solve", metavar="KEY.PATH", help="find the value of one assumption that matches --observed")
-    what_if("--observed", metavar="SCENARIO=TOK_S", help="a measured throughput for --solve, e.g. current/native=463")
+    what_if(
+        "--solve", action=_Once, metavar="KEY.PATH", help="find the value of one assumption that matches --observed"
+    )
+    what_if(
+        "--observed",
+        action=_Once,
+        metavar="SCENARIO=TOK_S",
+        help="a measured throughput for --solve, e.g. current/native=463",
+    )
     fitting = parser.add_argument_group("calibrating from measurements (the calibration's `measurements` log)")
     fitting.add_argument(
         "--measured",

@@ -88,6 +88,33 @@ def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
     assert run.code == 2 and run.out == "" and "usage:" in run.err
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        [
+            "--solve",
+            "native_engine.overhead_cut",
+            "--observed",
+            "current/native=463",
+            "--observed",
+            "current/native=400",
+        ],
+        ["--format", "json", "--format=csv"],
+        ["--calibration", str(DEFAULT_CALIBRATION), "--calibration", str(DEFAULT_CALIBRATION)],
+        ["--tablefmt", "github", "--tablef", "grid"],
+        ["--sensitivity", "--scenario", "current/native", "--scenario", "stronger/native"],
+        ["--solve", "native_engine.overhead_cut", "--solve", "anchors.ar_tok_s", "--observed", "current/native=463"],
+    ],
+)
+def test_an_option_of_one_value_given_twice_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    """The later value would win unseen; --set, --sweep, --measured and --fit are the options that repeat."""
+    run = run_main(capsys, *args)
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1
+    assert ": given twice; expected it once; see --help" in run.err
+
+
 def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     run = run_main(capsys, "--help")
     assert run.code == 0
