@@ -3554,7 +3554,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
         _check_usage(args)
-        report = build_report(parse_options(args)._replace(headline_band=args.format in ("table", "markdown")))
+        shows_headline = args.format in ("table", "markdown") and not (args.explain or args.sweep)
+        report = build_report(parse_options(args)._replace(headline_band=shows_headline))
     except CalibrationError as exc:
         say(f"estimate_b300: {exc}")
         return 2

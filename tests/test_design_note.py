@@ -107,6 +107,10 @@ def test_ranges_the_calibration_cannot_take_cost_the_band_not_the_run(
     assert "the ranges in the calibration give no band (see the warning)" in flat(run.out)
     asked = run_main(capsys, "--set", "anchors.ddtree.tok_s=466.834", "--sensitivity")
     assert asked.code == 2 and "expected ranges it can use" in asked.err  # asked for, it is an error
+    others = [["--sweep", "native_engine.overhead_cut=0.1,0.2"]] + [["--explain"]] * (fmt == "table")
+    for other in others:  # they show no headline
+        run = run_main(capsys, "--set", "anchors.ddtree.tok_s=466.834", "--format", fmt, *other)
+        assert (run.code, run.err) == (0, ""), other
 
 
 # --- One baseline per comparison ---------------------------------------------------------------
