@@ -951,6 +951,9 @@ class _Reader:
         if not isinstance(data, dict):
             raise CalibrationError(path or "(top level)", f"got {_kind(data)}; expected an object")
         for key, value in data.items():
+            if len(key) > MAX_TEXT:
+                message = f"has a key of {len(key):,} characters ({_describe(key)}); expected at most {MAX_TEXT:,}"
+                raise CalibrationError(path or "(top level)", message)
             if isinstance(value, str) and len(value) > MAX_TEXT:
                 where = f"{path}.{key}" if path else key
                 raise CalibrationError(where, f"has {len(value):,} characters; expected at most {MAX_TEXT:,}")
@@ -1582,7 +1585,7 @@ def parse_sweep(text: str) -> Sweep:
         values = _range(*parts) if len(parts) == 3 and "," not in spec else _list(spec)
         if not values:
             raise CalibrationError("", "expected V1,V2,... or START:STOP:STEP")
-        return Sweep(text, path, values)
+        return Sweep(text, path, tuple(printable(v) if isinstance(v, str) else v for v in values))
 
 
 def _range(*parts: str) -> tuple[object, ...]:
@@ -2290,6 +2293,7 @@ def build_report(options: Options) -> Report:
         if fitted:
             doc, cal = recalibrate(doc, cal, [(parse_path(v.path), v.value) for v in fitted.values])
             label += "".join(f" with {found_by} {v.path}={v.value:.6g}" for v in fitted.values)  # errors say so
+            cal = reread(cal, doc, {"ranges"}) if cal.ranges else cal  # relative ranges follow the values found
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
         sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
@@ -2376,10 +2380,14 @@ def markdown_text(text: object) -> str:
 
 
 def code_span(text: str) -> str:
-    """Text as Markdown code: nothing inside is markup, so only a backtick needs a longer fence."""
+    """Text as Markdown code: nothing inside is markup; the fence is one backtick longer than any run inside.
+
+    >>> code_span("a"), code_span("a`b``c")
+    ('`a`', '``` a`b``c ```')
+    """
     text = printable(text)
-    fence = "``" if "`" in text else "`"
-    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+    fence = "`" * (1 + max(map(len, re.findall("`+", text)), default=0))
+    return f"{fence} {text} {fence}" if len(fence) > 1 else f"`{text}`"
 
 
 class Style(NamedTuple):
@@ -2408,7 +2416,10 @@ class Column(NamedTuple):
 
 
 def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
-    """A table in any tabulate format: tabulate formats and aligns the numbers, and wraps text to fit the width."""
+    """A table in any tabulate format: tabulate formats and aligns the numbers, and wraps text to fit the width.
+
+    Only where a cell may take several lines: not in Markdown (pipe, github), HTML, LaTeX, TSV and the like.
+    """
     import textwrap
 
     import tabulate as tabulate_module
@@ -2416,10 +2427,13 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
 
     tabulate_module.MIN_PADDING = 0  # a column as wide as its widest cell or header: they stand apart already
     text = [i for i, c in enumerate(columns) if c.fmt in ("", "s")]  # words, which may wrap
+    tablefmt = "pipe" if style.markdown else style.tablefmt
+    markdown = tablefmt in ("pipe", "github")  # a row is one line, and text in it is Markdown
+    wraps = tablefmt in tabulate_module.multiline_formats and not markdown  # a cell may take several lines
 
     def shown(value: object, as_text: bool) -> object:  # text as it lands: one line, escaped; None left empty
         if isinstance(value, str):
-            return markdown_text(value) if style.markdown else printable(value)
+            return markdown_text(value) if markdown else printable(value)
         return value if value is None or not as_text else str(value)
 
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
@@ -2432,13 +2446,13 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     while True:
         out: str = tabulate(
             [[wrapped[i][k] if i in wrapped else cell for i, cell in enumerate(row)] for k, row in enumerate(cells)],
-            headers=headers, tablefmt="pipe" if style.markdown else style.tablefmt, missingval="",
+            headers=headers, tablefmt=tablefmt, missingval="",
             floatfmt=[c.fmt or "g" for c in columns], colalign=["right" if c.fmt else "left" for c in columns],
             disable_numparse=text,
         )  # fmt: skip
         excess = max(map(len, out.splitlines()), default=0) - style.width
         narrower = [i for i in text if now[i] > word[i]]
-        if excess <= 0 or style.markdown or not narrower:
+        if excess <= 0 or not wraps or not narrower:
             return out
         # wrap the widest text column that is wider than its least, so far as that allows;
         # textwrap, not tabulate's maxcolwidths: several times faster on long text (tabulate's wrapper
@@ -3490,7 +3504,8 @@ def terminal_columns() -> int:
 
 
 def printable_lines(text: str) -> str:
-    return "\n".join(map(printable, text.split("\n")))
+    """Output escaped but for its own line breaks and tabs (TSV); the input's were escaped on their way in."""
+    return "\n".join("\t".join(map(printable, line.split("\t"))) for line in text.split("\n"))
 
 
 def _stdout_encoding() -> str:

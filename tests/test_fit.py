@@ -324,6 +324,24 @@ def test_a_fit_from_any_start_in_the_domain_lands_on_the_same_value(
     assert fitted[0] == pytest.approx(0.3158, abs=1e-4)  # the worked example's fit of the cut alone
 
 
+def test_a_relative_range_follows_the_fitted_value(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    """As after --set: 0.5 around the fitted cut of 0.3158; and a fit it cannot follow is an error, as --set is."""
+    doc = json.loads(EXAMPLE.read_text())
+    doc["ranges"]["native_engine.overhead_cut"] = {"relative": 0.5, "source": "half either way"}
+    path = str(write_calibration(doc))
+    run = run_main(capsys, "--calibration", path, "--fit", FIT[1], "--sensitivity", "--format", "json")
+    assert run.code == 0, run.err
+    out = json.loads(run.out)
+    (row,) = [r for r in out["sensitivity"]["rows"] if r["path"] == FIT[1]]
+    cut = out["fit"]["values"][0]
+    assert (row["low"], row["high"], row["value"]) == (pytest.approx(cut / 2), pytest.approx(cut * 1.5), cut)
+    doc["measurements"] = []
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--measured", "current/native=800", *FIT[:2])
+    assert_clean_error(run, "with --fit native_engine.overhead_cut=0.71", "ranges.native_engine.overhead_cut.relative")
+
+
 def test_a_fit_on_the_edge_of_what_a_value_may_take_warns(capsys: pytest.CaptureFixture[str]) -> None:
     """AR at 5000 tok/s natively would need a cut past 1 (3865 tok/s at 1); the best the fit can do is just below."""
     run = run_main(capsys, "--measured", "ar/native=5000", "--measured", "ar/native=6000", "--fit", FIT[1])

@@ -283,6 +283,26 @@ def test_a_text_longer_than_500_characters_is_refused(
     assert_clean_error(run, "characters; expected at most 500")
 
 
+def test_a_key_of_no_sensible_length_is_refused_quickly(
+    capsys: pytest.CaptureFixture[str], write_calibration: Any
+) -> None:
+    doc = default_doc()
+    doc["k" * 3_000_000] = 1  # a 3 MB file: difflib's hint for an unknown key took a second over it
+    path = str(write_calibration(doc))
+    start = time.perf_counter()
+    run = run_main(capsys, "--calibration", path)
+    assert time.perf_counter() - start < 1.0
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1 and len(run.err) < 300
+    assert "(top level): has a key of 3,000,000 characters" in run.err and "expected at most 500" in run.err
+
+
+def test_a_swept_string_is_escaped_in_json_too(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--sweep", 'sglang.max_budget_source="a\\nb\\u001b[31m\\ud800","c"', "--format", "json")
+    assert run.code == 0, run.err
+    values = [point["values"]["sglang.max_budget_source"] for point in json.loads(run.out)["sweep"]]
+    assert values == ["a\\nb\\x1b[31m\\ud800", "c"]
+
+
 def test_the_longest_texts_everywhere_stay_quick(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
     """100 measurements whose label and source are 500 characters of one-letter words: every table wraps them."""
     doc = default_doc()

@@ -119,3 +119,18 @@ def test_the_mermaid_block(capsys: pytest.CaptureFixture[str]) -> None:
     for line in lines:
         if line.strip().startswith("bar "):
             assert len(line.split("[")[1].split(",")) == 4
+
+
+def test_github_tables_in_the_text_output_keep_their_rows(
+    capsys: pytest.CaptureFixture[str], write_calibration: Any
+) -> None:
+    """--tablefmt github is for pasting into Markdown: no cell wraps onto a row of its own, and text is escaped."""
+    doc = default_doc()
+    doc["hardware"]["target"]["name"] = HOSTILE
+    doc["anchors"]["measured_on"] = HOSTILE
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--tablefmt", "github", "--all", "--no-chart")
+    assert run.code == 0, run.err
+    found = tables(parse(run.out))
+    assert [(len(t), len(t[0])) for t in found] == [(8, 5), (3, 9), (7, 9), (5, 4), (5, 4), (4, 7), (9, 7)]
+    assert all(len(row) == len(t[0]) for t in found for row in t)
+    assert f"measured on {HOSTILE}" in [cell for t in found for row in t for cell in row]

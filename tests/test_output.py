@@ -78,6 +78,19 @@ def test_ascii_refuses_a_unicode_table_format(capsys: pytest.CaptureFixture[str]
     assert run_main(capsys, "--ascii", "--tablefmt", "github").out.isascii()
 
 
+def test_formats_that_cannot_break_a_cell_are_not_wrapped(capsys: pytest.CaptureFixture[str]) -> None:
+    """HTML, LaTeX and TSV keep each row whole (on one line) however wide; TSV keeps its tabs."""
+    html = run_main(capsys, "--tablefmt", "html", "--no-chart").out
+    assert "<td>1000 / ar_tok_s" in html and all(
+        line.count("<tr>") == line.count("</tr>") for line in html.splitlines()
+    )
+    latex = run_main(capsys, "--tablefmt", "latex", "--no-chart").out
+    assert all(line.endswith(("\\\\", "\\hline")) for line in latex.splitlines() if " & " in line)
+    tsv = run_main(capsys, "--tablefmt", "tsv", "--no-chart").out
+    rows = [[field.strip() for field in line.split("\t")] for line in tsv.splitlines() if "\t" in line]
+    assert ["AR step", "1000 / ar_tok_s", "7.52", "", "measured on B300"] in rows and "\\t" not in tsv
+
+
 # --- Markdown (parsed as GFM in test_markdown.py) -------------------------------------------
 
 
