@@ -2322,7 +2322,7 @@ def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool) -> Hea
     if band and cal.ranges:
         try:
             spread = sensitivity(doc, cal, ScenarioSpec("stronger", "native", None), every_corner=False)
-        except CalibrationError as exc:  # an end of a range the calibration cannot take: JSON would not notice
+        except CalibrationError as exc:  # a range end the calibration cannot take costs the band, not the run
             no_band = f"the headline has no uncertainty band: {exc.path}: {exc.message}"
     runnable = {p: rows for p, rows in stronger.items() if rows[0].runnable}
     return Headline(rows["current", "sglang"], rows["current", "native"], runnable, spread, no_band)
