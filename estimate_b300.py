@@ -1515,6 +1515,7 @@ class ScenarioSpec(NamedTuple):
         head, at, accept_text = text.partition("@")
         drafter, _, pipeline = head.partition("/")
         known = (*DRAFTERS, "ar") if autoregressive else DRAFTERS
+        drafter = "ar" if autoregressive and drafter == "AR" else drafter  # as a measurement's label spells it
         if drafter == "ar" and at and autoregressive:
             raise CalibrationError(
                 "", "an autoregressive run takes no @ACCEPT: it commits one token a step; expected e.g. ar/native",
@@ -2512,11 +2513,12 @@ def headline_lines(report: Report) -> list[str]:
         )
     if h.band:
         b = h.band
-        outside = (
-            ""
-            if b.tok_s_min <= b.tok_s <= b.tok_s_max
-            else " The estimate lies outside the band: a value in force lies outside its range."
-        )
+        off = [
+            f"{r.path} = {r.value:g} is outside {r.low:g} - {r.high:g}"
+            for r in b.rows
+            if not r.low <= r.value <= r.high
+        ]
+        outside = f" The band spans the ranges, not the values in force: {'; '.join(off)}." if off else ""
         lines.append(
             f"Uncertainty: over the ranges in the calibration, {b.scenario} ({b.tok_s:.0f} tok/s) spans "
             f"{b.tok_s_min:.0f} to {b.tok_s_max:.0f} tok/s "
@@ -2871,7 +2873,7 @@ def notes(report: Report, style: Style) -> list[str]:
             f"drafter's cost and accept lengths are assumptions; {band}."
         )
     if not style.everything and report.sweep is None:
-        adds = ["break-even", "chain alpha", "the physical cross-check", "the MoE floor"]
+        adds = ["break-even", "chain alpha", "the physical cross-check", *(["the MoE floor"] if cal.model else [])]
         adds += ["the measurements table"] if report.track_record and not report.fit else []
         found.append(f"--all adds {', '.join(adds[:-1])} and {adds[-1]}.")
     return found
@@ -2965,6 +2967,8 @@ def render_markdown(report: Report, style: Style) -> Iterable[str]:
     parts = [code_span(_header_line(report)), f"## {markdown_text(_title(report))}"]
     if report.sweep is None:
         parts.append("\n".join(f"- {markdown_text(line)}" for line in headline_lines(report)))
+    if report.warnings:  # on stderr too; a note pasted from stdout keeps them beside the numbers they qualify
+        parts += ["### Warnings", "\n".join(f"- {markdown_text(w)}" for w in report.warnings)]
     for section in sections(report, style):
         parts += [f"### {section.name}", markdown_text(section.title), *([section.body] if section.body else [])]
     if style.chart_width and report.sweep is None:
@@ -3282,10 +3286,12 @@ EPILOG = """examples:
   %(prog)s --sweep native_engine.overhead_cut=0.2:0.6:0.1 --format csv
   %(prog)s --sensitivity --scenario stronger/native@14
   %(prog)s --solve native_engine.overhead_cut --observed current/native=463
-  %(prog)s --measured current/native=415 --measured ar/native=201 --fit native_engine.overhead_cut
+  %(prog)s --measured current/native=415 --measured ar/native=201 \\
+      --fit native_engine.overhead_cut
 
-exit status: 0 estimated (warnings, if any, on stderr); 2 bad calibration, option or usage
-(one line on stderr, nothing on stdout); 1 the output could not be written, or an internal error."""
+exit status: 0 estimated (warnings, if any, on stderr); 2 bad calibration,
+option or usage (one line on stderr, nothing on stdout); 1 the output could
+not be written, or an internal error."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -3324,7 +3330,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--calibration",
         action=_Once,
         metavar="PATH",
-        help="calibration JSON to read (default: the one shipped beside the tool)",
+        help="calibration JSON to read (default: the one installed with the tool)",
     )
     add(
         "--format",
@@ -3373,7 +3379,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--scenario",
         action=_Once,
         metavar="DRAFTER/PIPELINE[@ACCEPT]",
-        help="what --sensitivity studies (default: stronger/native, median accept)",
+        help="what --sensitivity studies (default: stronger/native at the middle accept, the lower of two)",
     )
     what_if(
         "--solve", action=_Once, metavar="KEY.PATH", help="find the value of one assumption that matches --observed"

@@ -120,6 +120,7 @@ def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert run.code == 0
     for option in ("--calibration PATH", "--format", "--tablefmt NAME", "--version"):
         assert option in run.out
+    assert max(map(len, run.out.splitlines())) <= 80  # COLUMNS=80 here, as in every test
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

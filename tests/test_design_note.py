@@ -78,6 +78,27 @@ def test_the_headline_band_is_the_whole_band(capsys: pytest.CaptureFixture[str])
     assert quick.combinations == 2
 
 
+def test_a_value_outside_its_range_is_named_beside_the_band(capsys: pytest.CaptureFixture[str]) -> None:
+    """The band spans the calibration's ranges: a --set outside one does not move it, and the headline says so."""
+    run = run_main(capsys, "--set", "hardware.target.name=H200", "--set", "hardware.target.mem_bandwidth_tb_s=4.8")
+    assert run.code == 0 and run.err.count("\n") == 1  # the warning that the anchors were measured on B300
+    assert (
+        "spans 640 to 1243 tok/s (-21% / +53%). The band spans the ranges, not the values in force: "
+        "hardware.target.mem_bandwidth_tb_s = 4.8 is outside 7.7 - 8." in flat(run.out)
+    )
+    assert "The band spans the ranges" not in flat(run_main(capsys).out)
+
+
+def test_a_markdown_note_keeps_the_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--format", "markdown", "--set", "hardware.target.name=H200")
+    assert run.code == 0
+    (warning,) = run.err.splitlines()
+    lines = run.out.splitlines()
+    at = lines.index("### Warnings")
+    assert lines[at + 2] == "- " + warning.removeprefix("estimate_b300: warning: ")
+    assert lines.index("### Calibration") > at and "### Warnings" not in run_main(capsys, "--format", "markdown").out
+
+
 def test_without_ranges_there_is_no_band_and_no_error(
     capsys: pytest.CaptureFixture[str], write_calibration: Any
 ) -> None:

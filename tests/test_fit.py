@@ -140,6 +140,8 @@ def test_measured_adds_entries_from_the_command_line(capsys: pytest.CaptureFixtu
         ("AR/native", "autoregressive", None, 201.0),
     ]
     assert rows[0]["source"] == "--measured current/native=415"
+    again = run_main(capsys, "--measured", "AR/native=201", "--format", "json").json()["measurements"]
+    assert again[0]["predicted_tok_s"] == rows[1]["predicted_tok_s"]  # as the label spells it
     assert rows[1]["predicted_tok_s"] == pytest.approx(
         by_hand(0.4, 8.0, {"decode": "autoregressive", "pipeline": "native"})
     )
