@@ -2648,14 +2648,19 @@ def chain_alpha_section(report: Report, style: Style) -> Section:
 
 def break_even_section(report: Report, style: Style) -> Section:
     versus = {"current": "current drafter", "autoregressive": "autoregressive"}
+    rows = report.estimate.break_even
     columns = [
         Column("pipeline", lambda b: PIPELINE_LABELS[b.pipeline]),
-        Column("versus, on the same pipeline", lambda b: versus[b.versus]),
+        Column("versus", lambda b: versus[b.versus]),
         Column("tok/s to match", lambda b: b.tok_s_to_match, ".1f"),
-        Column("accept needed", lambda b: f"{b.accept:.2f}" if b.accept is not None else f"cannot: {b.reason}", "s"),
+        Column("accept needed", lambda b: b.accept, ".2f"),
+        *([Column("out of reach", lambda b: b.reason)] if any(b.reason for b in rows) else []),
     ]
-    title = "Break-even: the accept length at which the stronger drafter matches another way of decoding"
-    return Section("Break-even accept", title, table(report.estimate.break_even, columns, style))
+    title = (
+        "Break-even: the accept length at which the stronger drafter matches another way of decoding on the same "
+        "pipeline"
+    )
+    return Section("Break-even accept", title, table(rows, columns, style))
 
 
 def physical_sections(report: Report, style: Style) -> list[Section]:
