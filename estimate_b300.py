@@ -854,19 +854,25 @@ def estimate(cal: Calibration) -> Estimate:
 
 
 def printable(text: str) -> str:
-    r"""Text with control characters and lone surrogates escaped, so nothing echoed can steer a terminal.
+    r"""Text with the characters that can steer a terminal or break a line escaped: controls, line and
+    paragraph separators, bidirectional overrides and isolates, lone surrogates. Spaces, joiners and
+    the rest of Unicode stay as they are.
 
-    Every text the calibration or the command line hands to the output passes here once, on its way
-    in, so that a name or a label stays on its line in every format.
+    The loader passes every text of the calibration here as it reads it, so a name or a label stays on
+    its line in every format, JSON included; the renderers pass what they print here too.
 
-    >>> printable("B300\x1b[31m\n\ud800")
-    'B300\\x1b[31m\\n\\ud800'
+    >>> printable("B300\x1b[31m\n\ud800"), printable("Smith et al.\u202f2025")
+    ('B300\\x1b[31m\\n\\ud800', 'Smith et al.\u202f2025')
     """
     if text.isprintable():
         return text
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape", "backslashreplace").decode("ascii") for ch in text
-    )
+    import unicodedata
+
+    def steers(ch: str) -> bool:
+        bidi = "\u202a" <= ch <= "\u202e" or "\u2066" <= ch <= "\u2069"
+        return bidi or unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp")
+
+    return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii") if steers(ch) else ch for ch in text)
 
 
 def _describe(value: object, quote: bool = True) -> str:
@@ -1146,7 +1152,7 @@ def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
         tok_s = entry.number("tok_s", THROUGHPUT)
         default_label = f"AR/{pipeline}" if autoregressive else f"{drafter}/{pipeline}@{accept:g}"
         label = entry.string("label", default=default_label)
-        if not label.strip():
+        if not str(entry.data.get("label", default_label)).strip():  # before escaping: "\n" is no name either
             raise entry.error("label", "is empty; expected a name for the measurement, or no label")
         entry.known |= dict.fromkeys(("block", "budget", "source"))  # for the hint that names an unknown key
         source = entry.data.get("source", "")
@@ -1160,8 +1166,10 @@ def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
 def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
     """The optional `ranges` section: {path: {low, high} or {relative}, each with a source}.
 
-    A relative range is taken around the value in force (after --set): 0.03 around
-    ar_tok_s = 133 gives 129.01 to 136.99. Each end must lie in its number's domain.
+    A relative range is taken around the value in force (after --set, --fit or --solve): 0.03 around
+    ar_tok_s = 133 gives 129.01 to 136.99. A fixed range's ends must lie in its number's domain; a
+    relative one's move with the value, and an end the calibration cannot take costs the band, which
+    is where it is found (an error with --sensitivity).
     """
     if section is None:
         return None
@@ -1185,12 +1193,11 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
             low, high = entry.number("low", ANY_NUMBER), entry.number("high", ANY_NUMBER)
             if low > high:
                 raise entry.error("high", f"got {high:g}, below low = {low:g}; expected low <= high")
-        for end, given_as in ((low, "low"), (high, "high")):
-            if end not in domain:
-                raise entry.error(
-                    "relative" if relative else given_as,
-                    f"the range reaches {end:g}; expected {domain.describe()}, as for {key} itself",
-                )
+            for end, given_as in ((low, "low"), (high, "high")):
+                if end not in domain:
+                    raise entry.error(
+                        given_as, f"the range reaches {end:g}; expected {domain.describe()}, as for {key} itself"
+                    )
         ranges.append(Range(key, low, high, relative, entry.string("source")))
         entry.finish()
     return tuple(ranges)
@@ -1694,6 +1701,11 @@ class SensitivityRow(NamedTuple):
     @property
     def swing(self) -> float:
         return abs(self.tok_s_at_high - self.tok_s_at_low)
+
+    @property
+    def outside(self) -> bool:
+        """The value in force lies outside the range: the band spans the range all the same."""
+        return not self.low <= self.value <= self.high
 
 
 class Sensitivity(NamedTuple):
@@ -2413,13 +2425,16 @@ class Style(NamedTuple):
 class Column(NamedTuple):
     header: str
     cell: Callable[[Any], object]  # the cell of a row
-    fmt: str = ""  # a float format for a right-aligned number column; "" for left-aligned text
+    fmt: str = ""  # a number format, right-aligned; "" for left-aligned text, "s" for right-aligned text
+
+
+ONE_LINE_ROWS = ("pipe", "github", "orgtbl", "jira", "rst")  # formats where every line is a row: nothing wraps
 
 
 def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     """A table in any tabulate format: tabulate formats and aligns the numbers, and wraps text to fit the width.
 
-    Only where a cell may take several lines: not in Markdown (pipe, github), HTML, LaTeX, TSV and the like.
+    Only where a cell may take several lines: not in Markdown, Org, Jira or reST tables, HTML, LaTeX, TSV.
     """
     import textwrap
 
@@ -2429,8 +2444,8 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     tabulate_module.MIN_PADDING = 0  # a column as wide as its widest cell or header: they stand apart already
     text = [i for i, c in enumerate(columns) if c.fmt in ("", "s")]  # words, which may wrap
     tablefmt = "pipe" if style.markdown else style.tablefmt
-    markdown = tablefmt in ("pipe", "github")  # a row is one line, and text in it is Markdown
-    wraps = tablefmt in tabulate_module.multiline_formats and not markdown  # a cell may take several lines
+    markdown = tablefmt in ("pipe", "github")  # text in a cell is Markdown
+    wraps = tablefmt in tabulate_module.multiline_formats and tablefmt not in ONE_LINE_ROWS
 
     def shown(value: object, as_text: bool) -> object:  # text as it lands: one line, escaped; None left empty
         if isinstance(value, str):
@@ -2440,9 +2455,9 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
     headers = [str(shown(c.header, True)) for c in columns]
     every: list[Sequence[object]] = [*cells, headers]
-    now = {i: max(len(str(r[i] or "")) for r in every) for i in text}  # each text column's width
+    width = {i: max(len(str(r[i] or "")) for r in every) for i in text}  # each text column's
     # the least width of a text column: its longest word, its header (tabulate does not wrap those), or 12
-    word = {i: max([12, len(headers[i]), *(len(w) for r in cells for w in str(r[i] or "").split())]) for i in text}
+    least = {i: max([12, len(headers[i]), *(len(w) for r in cells for w in str(r[i] or "").split())]) for i in text}
     wrapped = {i: [r[i] for r in cells] for i in text}  # its cells at that width
     while True:
         out: str = tabulate(
@@ -2452,15 +2467,15 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
             disable_numparse=text,
         )  # fmt: skip
         excess = max(map(len, out.splitlines()), default=0) - style.width
-        narrower = [i for i in text if now[i] > word[i]]
+        narrower = [i for i in text if width[i] > least[i]]
         if excess <= 0 or not wraps or not narrower:
             return out
         # wrap the widest text column that is wider than its least, so far as that allows;
         # textwrap, not tabulate's maxcolwidths: several times faster on long text (tabulate's wrapper
         # measures every word with a regular expression), and it wraps only the column that changed
-        widest = max(narrower, key=now.__getitem__)
-        now[widest] = max(word[widest], now[widest] - excess)
-        fill = functools.partial(textwrap.fill, width=now[widest], break_long_words=False, break_on_hyphens=False)
+        widest = max(narrower, key=width.__getitem__)
+        width[widest] = max(least[widest], width[widest] - excess)
+        fill = functools.partial(textwrap.fill, width=width[widest], break_long_words=False, break_on_hyphens=False)
         wrapped[widest] = [fill(cell) if isinstance(cell := row[widest], str) else cell for row in cells]
 
 
@@ -2513,11 +2528,7 @@ def headline_lines(report: Report) -> list[str]:
         )
     if h.band:
         b = h.band
-        off = [
-            f"{r.path} = {r.value:g} is outside {r.low:g} - {r.high:g}"
-            for r in b.rows
-            if not r.low <= r.value <= r.high
-        ]
+        off = [f"{r.path} = {r.value:g} is outside {r.low:g} - {r.high:g}" for r in b.rows if r.outside]
         outside = f" The band spans the ranges, not the values in force: {'; '.join(off)}." if off else ""
         lines.append(
             f"Uncertainty: over the ranges in the calibration, {b.scenario} ({b.tok_s:.0f} tok/s) spans "
@@ -2865,10 +2876,11 @@ def notes(report: Report, style: Style) -> list[str]:
             "chain alpha: the per-token acceptance rate a single chain as deep as the block needs for that accept "
             "length, (1 - a^(block+1)) / (1 - a) = accept (Leviathan et al., 2023); a tree reaches it with less."
         )
-    found += [
+    named = {r.path for r in report.headline.band.rows if r.outside} if report.headline.band else set()
+    found += [  # what the headline has not said already
         f"{r.path} = {r.value:g} lies outside its range {r.low:g} - {r.high:g}."
         for r in (sens.rows if sens else ())
-        if not r.low <= r.value <= r.high
+        if r.outside and r.path not in named
     ]
     if not report.headline.band and report.sweep is None:
         no_band = "the ranges in the calibration give no band (see the warning)"
@@ -3290,7 +3302,8 @@ EPILOG = """examples:
   %(prog)s --set native_engine.overhead_cut=0.3 --format json
   %(prog)s --sweep native_engine.overhead_cut=0.2:0.6:0.1 --format csv
   %(prog)s --sensitivity --scenario stronger/native@14
-  %(prog)s --solve native_engine.overhead_cut --observed current/native=463
+  %(prog)s --solve native_engine.overhead_cut \\
+      --observed current/native=463
   %(prog)s --measured current/native=415 --measured ar/native=201 \\
       --fit native_engine.overhead_cut
 

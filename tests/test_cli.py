@@ -115,7 +115,11 @@ def test_an_option_of_one_value_given_twice_is_a_usage_error(
     assert ": given twice; expected it once; see --help" in run.err
 
 
-def test_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("prog", ["estimate-b300", "estimate_b300.py"])  # installed, and the script run as is
+def test_help_explains_every_option(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, prog: str
+) -> None:
+    monkeypatch.setattr(sys, "argv", [prog])
     run = run_main(capsys, "--help")
     assert run.code == 0
     for option in ("--calibration PATH", "--format", "--tablefmt NAME", "--version"):

@@ -91,6 +91,15 @@ def test_formats_that_cannot_break_a_cell_are_not_wrapped(capsys: pytest.Capture
     assert ["AR step", "1000 / ar_tok_s", "7.52", "", "measured on B300"] in rows and "\\t" not in tsv
 
 
+@pytest.mark.parametrize("tablefmt", ["orgtbl", "jira", "rst", "github", "html"])
+def test_formats_where_a_line_is_a_row_keep_each_row_on_one(capsys: pytest.CaptureFixture[str], tablefmt: str) -> None:
+    """A break-even out of reach says why at length; wrapped, it would make rows of its own in these formats."""
+    tree = ["--set", "stronger_drafter.block=5", "--set", "stronger_drafter.accept=[4,5,6]"]
+    out = run_main(capsys, "--all", "--no-chart", "--tablefmt", tablefmt, *tree).out
+    reason = "it would need accept 6.33, above the tree"  # HTML escapes the apostrophe after it
+    assert any(reason in line and "SGLang" in line for line in out.splitlines())
+
+
 # --- Markdown (parsed as GFM in test_markdown.py) -------------------------------------------
 
 
