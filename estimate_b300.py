@@ -1261,6 +1261,11 @@ def _checked(cal: Calibration) -> Calibration:
         raise CalibrationError(
             "moe_curve.fit", '"experts" counts distinct experts; expected a `model` section beside it'
         )
+    if cal.sglang and cal.anchors.ddtree.budget > cal.sglang.max_budget:
+        raise CalibrationError(
+            "sglang.max_budget", f"got {cal.sglang.max_budget}, but the DDTree anchor was measured on SGLang at budget "
+            f"{cal.anchors.ddtree.budget}; expected at least {cal.anchors.ddtree.budget}",
+        )  # fmt: skip
     for m in cal.measurements:
         block, budget = tree_shape(cal, m)
         if m.accept is not None and not m.accept <= accept_limit(block, budget)[0]:
@@ -1538,10 +1543,9 @@ class ScenarioSpec(NamedTuple):
         if at and not accept_text:
             raise CalibrationError("", "nothing after @; expected an accept length, e.g. @14", file=f"{option} {text}")
         if accept_text:
-            try:
-                accept = float(accept_text)
-            except ValueError:
-                accept = math.nan
+            number, accept = parse_value(accept_text), math.nan  # JSON, as every number on the command line
+            if isinstance(number, (int, float)) and not isinstance(number, bool) and abs(number) < MAX_FIGURE:
+                accept = float(number)
             if not math.isfinite(accept):
                 raise CalibrationError(
                     "", f"@{accept_text}: expected an accept length, e.g. @14", file=f"{option} {text}"
@@ -1549,11 +1553,14 @@ class ScenarioSpec(NamedTuple):
         return ScenarioSpec(drafter, pipeline, accept)
 
 
-def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str) -> Scenario:
-    """The one scenario a spec names; by default at the median accept of its drafter (the lower middle one)."""
+def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str, place: int | None = None) -> Scenario:
+    """The one scenario a spec names; by default at the median accept of its drafter (the lower middle one).
+
+    `place` pins the default to a place in the accept list: where the median was before a range moved it.
+    """
     drafter = drafters(cal)[DRAFTERS.index(spec.drafter)]
     if spec.accept is None:
-        accept = sorted(drafter.accepts, key=lambda a: a.value)[(len(drafter.accepts) - 1) // 2]
+        accept = drafter.accepts[median_place(drafter) if place is None else place]
     else:
         try:
             accept = given("accept", _accept(spec.accept, f"@{spec.accept:g}", drafter.block, drafter.budget), "tokens")
@@ -1561,6 +1568,12 @@ def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str) -> Scenario:
             exc.file = f"{option} {spec.drafter}/{spec.pipeline}@{spec.accept:g}"
             raise
     return drafter_on(cal, drafter, spec.pipeline, (accept,))[0]
+
+
+def median_place(drafter: Drafter) -> int:
+    """Where in the drafter's accept list its median accept length is (the lower middle one)."""
+    order = sorted(range(len(drafter.accepts)), key=lambda i: drafter.accepts[i].value)
+    return order[(len(order) - 1) // 2]
 
 
 # --- Sweeps ---
@@ -1590,10 +1603,11 @@ def parse_sweep(text: str) -> Sweep:
     path, spec = parse_assignment("--sweep", text)
     with naming("--sweep", text):
         parts = spec.split(":")
-        values = _range(*parts) if len(parts) == 3 and "," not in spec else _list(spec)
+        is_range = len(parts) == 3 and "," not in spec and not spec.lstrip().startswith('"')  # "a:b:c" is a text
+        values = _range(*parts) if is_range else _list(spec)
         if not values:
             raise CalibrationError("", "expected V1,V2,... or START:STOP:STEP")
-        return Sweep(text, path, tuple(printable(v) if isinstance(v, str) else v for v in values))
+        return Sweep(text, path, values)
 
 
 def _range(*parts: str) -> tuple[object, ...]:
@@ -1725,6 +1739,7 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     monotonic in each assumption across its range (as it is for the shipped calibration: a test checks).
     """
     base = scenario_for(cal, spec, "--scenario")
+    place = median_place(drafters(cal)[DRAFTERS.index(spec.drafter)])  # a range on that accept moves the scenario
     if cal.ranges is None:
         raise CalibrationError("ranges", "missing; --sensitivity varies the assumptions listed there: expected a "
                                          "`ranges` section (the shipped calibration.json has one to copy)")  # fmt: skip
@@ -1733,7 +1748,7 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     def tok_s(changes: Iterable[Change]) -> float:
         changes = list(changes)
         try:
-            return scenario_for(recalibrate(doc, cal, changes)[1], spec, "--scenario").tok_s
+            return scenario_for(recalibrate(doc, cal, changes)[1], spec, "--scenario", place).tok_s
         except CalibrationError as exc:
             at = ", ".join(f"{format_path(p)}={_value_text(v)}" for p, v in changes)
             raise CalibrationError(
@@ -2310,11 +2325,12 @@ def build_report(options: Options) -> Report:
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
         sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
-        top = headline_of(doc, cal, est, band=options.headline_band)
+        top = headline_of(doc, cal, est, options.headline_band, sens)
     except CalibrationError as exc:
         exc.file = exc.file or label
         raise
-    warnings = [message for _, message in physical_warnings(cal, est.scenarios)] + list(sweep.warnings if sweep else ())
+    # a sweep prints its points, not the calibration under them: their warnings, not its
+    warnings = list(sweep.warnings) if sweep else [message for _, message in physical_warnings(cal, est.scenarios)]
     warnings += [top.no_band] if top.no_band else []
     warnings += fitted.warnings if fitted else ()
     changed = {format_path(o.path): f"--set {o.text}" for o in options.overrides}
@@ -2327,14 +2343,19 @@ def build_report(options: Options) -> Report:
     )  # fmt: skip
 
 
-def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool) -> Headline:
-    """Today's throughput, the native engine's, the stronger drafter's where it can run, and how sure."""
+def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool, studied: Sensitivity | None) -> Headline:
+    """Today's throughput, the native engine's, the stronger drafter's where it can run, and how sure.
+
+    The band is the whole band when --sensitivity studied the same scenario, else the two corners
+    that are the whole band wherever the estimate is monotonic in each assumption.
+    """
     rows = {(row.drafter, row.pipeline): row for row in est.scenarios}  # the first accept length of each
     stronger = {p: tuple(r for r in est.scenarios if (r.drafter, r.pipeline) == ("stronger", p)) for p in PIPELINES}
-    spread, no_band = None, ""
+    spread, no_band, spec = None, "", ScenarioSpec("stronger", "native", None)
     if band and cal.ranges:
         try:
-            spread = sensitivity(doc, cal, ScenarioSpec("stronger", "native", None), every_corner=False)
+            same = studied and studied.scenario == scenario_for(cal, spec, "--scenario").label
+            spread = studied if same else sensitivity(doc, cal, spec, every_corner=False)
         except CalibrationError as exc:  # a range end the calibration cannot take costs the band, not the run
             no_band = f"the headline has no uncertainty band: {exc.path}: {exc.message}"
     runnable = {p: rows for p, rows in stronger.items() if rows[0].runnable}
@@ -2862,7 +2883,12 @@ def notes(report: Report, style: Style) -> list[str]:
     ms = [p.m for p in cal.moe_curve.points]
     extrapolated = report.sweep.extrapolated if report.sweep else sorted({r.m for r in rows if r.moe_extrapolated})
     found = []
-    if extrapolated:
+    curve_swept = report.sweep is not None and any(s.path[0] == "moe_curve" for s in report.sweep.sweeps)
+    if extrapolated and curve_swept:  # the curve differs from point to point
+        found.append(
+            f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve at some points."
+        )
+    elif extrapolated:
         found.append(
             f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve's "
             f"M = {ms[0]}..{ms[-1]}, "
@@ -2871,7 +2897,7 @@ def notes(report: Report, style: Style) -> list[str]:
     if report.sweep is None:
         found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
         found.append(f"x today: tok/s over today's {est.decomposition.ddtree_tok_s.value:g} tok/s, {_measured(cal)}.")
-    if style.everything:
+    if style.everything and report.sweep is None:
         found.append(
             "chain alpha: the per-token acceptance rate a single chain as deep as the block needs for that accept "
             "length, (1 - a^(block+1)) / (1 - a) = accept (Leviathan et al., 2023); a tree reaches it with less."
@@ -3158,7 +3184,8 @@ def render_json(report: Report, style: Style) -> Iterator[str]:
     yield json.dumps(report_json(report))[:-1] + ', "sweep": ['
     for i, point in enumerate(report.sweep.points()):
         scenarios = [_scenario_json(row) for row in point.scenarios]
-        yield (", " if i else "") + json.dumps({"values": dict(point.values), "scenarios": scenarios})
+        values = {name: printable(v) if isinstance(v, str) else v for name, v in point.values}  # as the loader shows it
+        yield (", " if i else "") + json.dumps({"values": values, "scenarios": scenarios})
     yield "]}\n"
 
 

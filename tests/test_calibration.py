@@ -342,3 +342,10 @@ def test_a_bandwidth_ratio_that_overflows(capsys: pytest.CaptureFixture[str]) ->
     run = run_main(capsys, "--set", "hardware.reference.mem_bandwidth_tb_s=2.2e-311", "--format", "json")
     assert_clean_error(run, "bandwidth ratio: target bandwidth / reference bandwidth with", "gives inf")
     assert "reference bandwidth = 2.2e-311 (hardware.reference.mem_bandwidth_tb_s)" in run.err
+
+
+def test_sglang_must_run_the_tree_its_anchor_was_measured_on(capsys: pytest.CaptureFixture[str]) -> None:
+    """The DDTree anchor ran on SGLang at budget 8: a max_budget below that contradicts the file itself."""
+    run = run_main(capsys, "--set", "sglang.max_budget=7")
+    assert_clean_error(run, "sglang.max_budget: got 7, but the DDTree anchor was measured on SGLang at budget 8")
+    assert run_main(capsys, "--set", "sglang.max_budget=8").code == 0

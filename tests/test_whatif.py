@@ -153,6 +153,25 @@ def test_two_sweeps_make_a_grid(capsys: pytest.CaptureFixture[str]) -> None:
     ]
 
 
+def test_a_sweep_warns_of_its_points_only(capsys: pytest.CaptureFixture[str]) -> None:
+    """The calibration under a sweep is never printed: its own warnings would describe no row."""
+    run = run_main(capsys, "--set", "hardware.target.name=H200", "--sweep", "hardware.target.name=B300,B300")
+    assert run.code == 0 and run.err == ""
+    run = run_main(capsys, "--set", "hardware.target.name=H200", "--sweep", "native_engine.overhead_cut=0.1,0.2")
+    assert run.code == 0 and run.err.count("\n") == 1 and "at 2 of 2 sweep points" in run.err
+    run = run_main(capsys, "--sweep", "moe_curve.points[2].m=10,40", "--set", "stronger_drafter.budget=100")
+    assert "M = 101 lies outside the curve at some points." in run.out  # not the file's curve: it was swept
+
+
+def test_a_swept_text_is_taken_as_set_takes_it(capsys: pytest.CaptureFixture[str]) -> None:
+    esc = '"' + "\\u001b" * 200 + '"'  # 200 characters, 800 once escaped: within the limit as written
+    for option in ("--set", "--sweep"):
+        run = run_main(capsys, option, f"hardware.target.name={esc}" + (",B300" if option == "--sweep" else ""))
+        assert run.code == 0, run.err
+    run = run_main(capsys, "--sweep", 'hardware.target.name="a:b:c"', "--format", "json")
+    assert run.code == 0 and [p["values"] for p in run.json()["sweep"]] == [{"hardware.target.name": "a:b:c"}]
+
+
 def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2,0.6").out
     assert "Sweep: 2 points" in out
@@ -269,6 +288,36 @@ def test_a_sweep_keeps_the_sensitivity_asked_for(capsys: pytest.CaptureFixture[s
         assert "Sweep: 2 points" in out and "Sensitivity of stronger/native@14 (950 tok/s)" in out
 
 
+def test_a_range_on_the_median_accept_moves_the_median_scenario(
+    capsys: pytest.CaptureFixture[str], write_calibration: Any
+) -> None:
+    """accept[1] is the median 14: from 10 to 17 the scenario is the one at 10 and at 17, as --set gives them."""
+    doc = default_doc()
+    doc["ranges"] = {"stronger_drafter.accept[1]": {"low": 10, "high": 17, "source": "x"}}
+    (row,) = run_main(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity", "--format", "json").json()[
+        "sensitivity"
+    ]["rows"]
+    at = {a: find(eb.estimate(eb.parse_calibration(eb.set_path(doc, ("stronger_drafter", "accept", 1), a))),
+                  "stronger", "native", a).tok_s for a in (10, 17)}  # fmt: skip
+    assert (row["tok_s_at_low"], row["tok_s_at_high"]) == (at[10], at[17])
+
+
+def test_the_headline_band_is_the_whole_band_beside_sensitivity(
+    capsys: pytest.CaptureFixture[str], write_calibration: Any
+) -> None:
+    """Not monotonic: bandwidth helps least where spec_scale is high and the cut 0; two corners miss the low end."""
+    doc = default_doc()
+    doc["ranges"] = {
+        "hardware.target.mem_bandwidth_tb_s": {"low": 4, "high": 12, "source": "x"},
+        "stronger_drafter.spec_scale": {"low": 1.0, "high": 5.0, "source": "y"},
+        "native_engine.overhead_cut": {"low": 0.0, "high": 0.6, "source": "w"},
+    }
+    path = str(write_calibration(doc))
+    out = flat(run_main(capsys, "--calibration", path, "--sensitivity", "--no-chart").out)
+    assert "spans 346 to 1550 tok/s" in out and "Band: 346 to 1550 tok/s over all 8 combinations" in out
+    assert "spans 390 to 1550 tok/s" in flat(run_main(capsys, "--calibration", path).out)  # two corners alone
+
+
 @pytest.mark.parametrize(
     ("label", "expected"),
     [
@@ -295,6 +344,8 @@ def test_default_scenario_takes_the_lower_middle_accept() -> None:
         (["--sensitivity", "--scenario", "strong/native"], ["--scenario strong/native: expected DRAFTER/PIPELINE"]),
         (["--sensitivity", "--scenario", "stronger/native@40"], ["@40: 40 exceeds the tree's limit block+1 = 17"]),
         (["--sensitivity", "--scenario", "stronger/native@x"], ["@x: expected an accept length"]),
+        (["--sensitivity", "--scenario", "stronger/native@1_4"], ["stronger/native@1_4: @1_4: expected an accept"]),
+        (["--sensitivity", "--scenario", "stronger/native@1e999"], ["@1e999: expected an accept length"]),
     ],
 )
 def test_bad_scenarios(capsys: pytest.CaptureFixture[str], args: list[str], fragments: list[str]) -> None:
