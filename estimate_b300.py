@@ -974,11 +974,12 @@ class _Reader:
     def error(self, key: str, message: str) -> CalibrationError:
         return CalibrationError(self.at(key), message)
 
-    def raw(self, key: str, expected: str, default: object = _REQUIRED) -> object:
+    def raw(self, key: str, expected: "str | Domain", default: object = _REQUIRED) -> object:
         self.known[key] = None
         if key in self.data or default is not _REQUIRED:
             return self.data.get(key, default)
         typo = _closest(key, [k for k in self.data if k not in self.known])
+        expected = expected if isinstance(expected, str) else expected.describe()  # worded only when missing
         raise self.error(
             key, f"missing; expected {expected}" + (f" (is {self.at(typo)} a misspelling of it?)" if typo else "")
         )
@@ -995,7 +996,7 @@ class _Reader:
         return _Reader(item, path, self.domains, self.root)
 
     def number(self, key: str, domain: Domain = POSITIVE) -> float:
-        return self.value_at(self.at(key), self.raw(key, domain.describe()), domain)
+        return self.value_at(self.at(key), self.raw(key, domain), domain)
 
     def value_at(self, path: str, value: object, domain: Domain) -> float:
         if self.domains is not None:
@@ -1003,7 +1004,7 @@ class _Reader:
         return _number(value, path, domain)
 
     def count(self, key: str, low: int = 1) -> int:
-        return int(self.number(key, COUNT._replace(low=low)))
+        return int(self.number(key, COUNT if low == 1 else COUNT._replace(low=low)))
 
     def accept(self, path: str, value: object, block: int, budget: int) -> float:
         if self.domains is not None:
