@@ -2477,7 +2477,7 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
     headers = [str(shown(c.header, True)) for c in columns]
     every: list[Sequence[object]] = [*cells, headers]
-    width = {i: max(len(str(r[i] or "")) for r in every) for i in text}  # each text column's
+    width = {i: max(len(str(r[i] or "")) for r in every) for i in text}  # of each text column, as it stands
     # the least width of a text column: its longest word, its header (tabulate does not wrap those), or 12
     least = {i: max([12, len(headers[i]), *(len(w) for r in cells for w in str(r[i] or "").split())]) for i in text}
     wrapped = {i: [r[i] for r in cells] for i in text}  # its cells at that width
