@@ -1739,8 +1739,8 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     sits at the end that moves the estimate the same way, which is the whole band wherever the estimate is
     monotonic in each assumption across its range (as it is for the shipped calibration: a test checks).
     """
-    base = scenario_for(cal, spec, "--scenario")
     place = median_place(drafters(cal)[DRAFTERS.index(spec.drafter)])  # a range on that accept moves the scenario
+    base = scenario_for(cal, spec, "--scenario", place)
     if cal.ranges is None:
         raise CalibrationError("ranges", "missing; --sensitivity varies the assumptions listed there: expected a "
                                          "`ranges` section (the shipped calibration.json has one to copy)")  # fmt: skip
