@@ -1077,16 +1077,32 @@ def _read_model(section: _Reader | None) -> ModelGeometry | None:
 def _read_curve(curve: _Reader) -> MoeCurve:
     tp, points, seen = curve.count("tp"), [], set()
     for i, item in enumerate(curve.items("points", fewest=2, most=MAX_ITEMS["points"])):
-        point = curve.element(f"{curve.at('points')}[{i}]", item)
-        m = point.count("m")
-        if m in seen:
-            raise point.error("m", f"M = {m} appears twice; expected each M once")
-        seen.add(m)
-        points.append(CurvePoint(m, point.number("ms"), point.string("basis", POINT_BASES, "measured"), i))
-        point.finish()
+        point = _read_point(curve, i, item)
+        if point.m in seen:
+            raise CalibrationError(f"{curve.at('points')}[{i}].m", f"M = {point.m} appears twice; expected each M once")
+        seen.add(point.m)
+        points.append(point)
     fit = curve.string("fit", CURVE_FITS, "linear")
     curve.finish()
     return MoeCurve(tp, tuple(sorted(points)), fit)
+
+
+def _read_point(curve: _Reader, position: int, item: object) -> CurvePoint:
+    point = curve.element(f"{curve.at('points')}[{position}]", item)
+    read = CurvePoint(point.count("m"), point.number("ms"), point.string("basis", POINT_BASES, "measured"), position)
+    point.finish()
+    return read
+
+
+def _reread_times(curve: _Reader, before: MoeCurve, positions: set[int]) -> MoeCurve:
+    """`before` with some points read again where only their `ms` changed: each keeps its M, so its place."""
+    import bisect
+
+    items, points = curve.items("points", fewest=2, most=MAX_ITEMS["points"]), list(before.points)
+    for i in positions:
+        point = _read_point(curve, i, items[i])
+        points[bisect.bisect_left(points, point.m, key=lambda p: p.m)] = point
+    return before._replace(points=tuple(points))
 
 
 def _read_anchors(anchors: _Reader) -> Anchors:
@@ -1236,16 +1252,22 @@ def parse_calibration(data: object) -> Calibration:
     return _checked(Calibration(**sections, domains=domains))  # type: ignore[arg-type]
 
 
-def reread(cal: Calibration, doc: object, keys: Iterable[str]) -> Calibration:
-    """The calibration with the named top-level sections read again from doc, the others taken over.
+def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Calibration:
+    """The calibration with the sections of the changed key paths read again from doc, the others taken over.
 
-    What --sweep, --sensitivity and --solve do at each of their points: only the sections a
-    changed key path is in are checked again.
+    What --sweep, --sensitivity, --fit and --solve do at each of their points. A change inside
+    curve points re-reads those points alone (a curve may have 1,000).
     """
-    keys = set(keys)
+    changed = list(changed)
+    keys = {str(path[0]) for path in changed}
     if not keys <= set(SECTION_ORDER):
         return parse_calibration(doc)  # a key outside every section: the full read names it
     top = _Reader(doc, "", dict(cal.domains) if "ranges" in keys else None)
+    in_curve = [path for path in changed if path[0] == "moe_curve"]
+    if in_curve and all(len(path) == 4 and path[1] == "points" and path[3] == "ms" for path in in_curve):
+        keys.discard("moe_curve")  # the times of some points alone
+        positions = {int(path[2]) for path in in_curve}
+        cal = cal._replace(moe_curve=_reread_times(top.child("moe_curve"), cal.moe_curve, positions))
     return _checked(cal._replace(**{key: _read_section(top, key) for key in keys}))  # type: ignore[arg-type]
 
 
@@ -1461,7 +1483,7 @@ def recalibrate(doc: object, cal: Calibration, changes: Sequence[Change]) -> tup
     """The document and calibration with some values changed, checked again where they changed."""
     for path, value in changes:
         doc = set_path(doc, path, value)
-    return doc, reread(cal, doc, {str(path[0]) for path, _ in changes})
+    return doc, reread(cal, doc, [path for path, _ in changes])
 
 
 class Override(NamedTuple):
@@ -2322,7 +2344,7 @@ def build_report(options: Options) -> Report:
         if fitted:
             doc, cal = recalibrate(doc, cal, [(parse_path(v.path), v.value) for v in fitted.values])
             label += "".join(f" with {found_by} {v.path}={v.value:.6g}" for v in fitted.values)  # errors say so
-            cal = reread(cal, doc, {"ranges"}) if cal.ranges else cal  # relative ranges follow the values found
+            cal = reread(cal, doc, [("ranges",)]) if cal.ranges else cal  # relative ranges follow the values found
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
         sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None

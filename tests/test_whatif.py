@@ -586,3 +586,29 @@ def test_sweep_points_equal_fresh_estimates(capsys: pytest.CaptureFixture[str], 
         value = json.dumps(point["values"][path])
         fresh = run_main(capsys, *extra, "--set", f"{path}={value}", "--format", "json").json()
         assert point["scenarios"] == fresh["scenarios"]
+
+
+def test_changing_a_points_time_rereads_to_what_a_full_read_gives() -> None:
+    """Points out of M order in the file: a point's place in the file is not its place on the curve."""
+    doc = default_doc()
+    doc["moe_curve"]["points"].reverse()  # M = 32, 9, 1
+    cal = eb.parse_calibration(doc)
+    changes: list[eb.Change] = [(("moe_curve", "points", 0, "ms"), 25.0), (("moe_curve", "points", 2, "ms"), 1.3)]
+    changed_doc, reread = eb.recalibrate(doc, cal, changes)
+    assert reread == eb.parse_calibration(changed_doc)
+    assert [(p.m, p.ms, p.position) for p in reread.moe_curve.points] == [(1, 1.3, 2), (9, 8.85, 1), (32, 25.0, 0)]
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ((("moe_curve", "points", 1, "ms"), -1), "moe_curve.points[1].ms: got -1; expected a number > 0"),
+        ((("moe_curve", "points", 2, "m"), 9), "moe_curve.points[2].m: M = 9 appears twice"),
+        ((("moe_curve", "points", 2, "ms"), "fast"), 'moe_curve.points[2].ms: got a string "fast"'),
+    ],
+)
+def test_a_changed_point_is_checked_as_a_full_read_checks_it(change: eb.Change, fragment: str) -> None:
+    doc = default_doc()
+    with pytest.raises(eb.CalibrationError) as error:
+        eb.recalibrate(doc, eb.parse_calibration(doc), [change])
+    assert fragment in f"{error.value.path}: {error.value.message}"
