@@ -3205,11 +3205,28 @@ def render_json(report: Report, style: Style) -> Iterator[str]:
         yield json.dumps(report_json(report), indent=2) + "\n"
         return
     yield json.dumps(report_json(report))[:-1] + ', "sweep": ['
+    scenario = encoded_once(lambda row: json.dumps(_scenario_json(row)))
     for i, point in enumerate(report.sweep.points()):
-        scenarios = [_scenario_json(row) for row in point.scenarios]
         values = {name: printable(v) if isinstance(v, str) else v for name, v in point.values}  # as the loader shows it
-        yield (", " if i else "") + json.dumps({"values": values, "scenarios": scenarios})
+        scenarios = ", ".join(map(scenario, point.scenarios))
+        yield f'{", " if i else ""}{{"values": {json.dumps(values)}, "scenarios": [{scenarios}]}}'
     yield "]}\n"
+
+
+def encoded_once(encode: Callable[[Scenario], str]) -> Callable[[Scenario], str]:
+    """`encode`, once per scenario record. A swept value leaves the scenarios it does not reach as they were,
+    and the model's caches give back the very records of the point before: those are not encoded again."""
+    done: dict[int, tuple[Scenario, str]] = {}  # by identity; the record is kept, so its id stays its own
+
+    def once(row: Scenario) -> str:
+        found = done.get(id(row))
+        if found is None or found[0] is not row:
+            if len(done) >= 1024:  # memory stays flat in the sweep's size
+                done.clear()
+            found = done[id(row)] = (row, encode(row))
+        return found[1]
+
+    return once
 
 
 def render_csv(report: Report, style: Style) -> Iterator[str]:
@@ -3226,26 +3243,27 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
     names = [format_path(s.path) for s in report.sweep.sweeps] if report.sweep else [name for name, _ in solved]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([*names, *SCENARIO_FIELDS, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
-    for point in points:
-        values = [_csv_cell(v) for _, v in point.values]
-        writer.writerows(
-            [*values, *map(_csv_cell, row[: len(SCENARIO_FIELDS)]), *provenance] for row in point.scenarios
-        )
-        yield out.getvalue()
+
+    def line(cells: Iterable[object]) -> str:
+        """One row as the writer quotes it, with its line end."""
         out.seek(0)
         out.truncate()
+        writer.writerow(cells)
+        return out.getvalue()
+
+    yield line([*names, *SCENARIO_FIELDS, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
+    scenario = encoded_once(lambda row: line([*map(_csv_cell, row[: len(SCENARIO_FIELDS)]), *provenance]))
+    for point in points:
+        values = line([*(_csv_cell(v) for _, v in point.values), ""])[:-1] if point.values else ""  # "a,b,"
+        yield "".join(values + scenario(row) for row in point.scenarios)
     if report.track_record:  # a second table after a blank line: the measurements, as JSON gives them
         fit = report.fit
         extra = ["predicted_before", "predicted_after", "residual", "loo_residual"] if fit else []
-        writer.writerow([])
-        writer.writerow(
-            [*MEASUREMENT_FIELDS, *extra, "calibration_file", "calibration_sha256", "tool_version", "overrides"]
-        )
+        yield line([])
+        yield line([*MEASUREMENT_FIELDS, *extra, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
         for i, p in enumerate(report.track_record):
             more = [fit.before[i].predicted_tok_s, p.predicted_tok_s, p.residual, fit.loo_residuals[i]] if fit else []
-            writer.writerow([*map(_csv_cell, [*_measurement_json(p).values(), *more]), *provenance])
-    yield out.getvalue()
+            yield line([*map(_csv_cell, [*_measurement_json(p).values(), *more]), *provenance])
 
 
 def _csv_cell(value: object) -> object:

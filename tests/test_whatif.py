@@ -612,3 +612,24 @@ def test_a_changed_point_is_checked_as_a_full_read_checks_it(change: eb.Change, 
     with pytest.raises(eb.CalibrationError) as error:
         eb.recalibrate(doc, eb.parse_calibration(doc), [change])
     assert fragment in f"{error.value.path}: {error.value.message}"
+
+
+def test_a_csv_sweep_gives_each_point_as_a_run_with_set_gives_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The scenarios a sweep point shares with the point before are written once and copied: the same text."""
+    import csv
+
+    swept = list(
+        csv.reader(
+            run_main(capsys, "--sweep", "native_engine.overhead_cut=0.1,0.5,0.1", "--format", "csv").out.splitlines()
+        )
+    )
+    assert swept[0][0] == "native_engine.overhead_cut" and len(swept) == 1 + 3 * 8
+    for i, value in enumerate(["0.1", "0.5", "0.1"]):
+        fresh = list(
+            csv.reader(
+                run_main(capsys, "--set", f"native_engine.overhead_cut={value}", "--format", "csv").out.splitlines()
+            )
+        )
+        rows = swept[1 + 8 * i : 9 + 8 * i]
+        assert [row[0] for row in rows] == [value] * 8
+        assert [row[1:-1] for row in rows] == [row[:-1] for row in fresh[1:]]  # all but the overrides column
