@@ -2,13 +2,8 @@
 # requires-python = ">=3.11"
 # dependencies = ["tabulate>=0.9"]
 # ///
-"""Estimate Kimi K2.x decode throughput with DDTree speculative decoding on B300.
-
-What it estimates: tokens per second at concurrency 1 when a block-diffusion
-drafter proposes a token tree and the target model verifies it in one forward
-pass of M = budget + 1 tokens, committing `accept` tokens a step on average;
-for the current drafter and a stronger one, on today's SGLang pipeline and on
-the native C++/CUDA engine.
+"""Estimate Kimi K2.x decode throughput with DDTree speculative decoding on B300 (README.md: what it
+answers, the calibration file, every option and output; --help: the options and exit statuses).
 
 How: a decode step on the target GPU is split into MoE(M) + ATTN_BASE + SPEC.
 The MoE time is a curve measured on a reference GPU, scaled by memory
@@ -23,22 +18,7 @@ which --explain prints line by line:
   ATTN_BASE = AR step - MoE(1) = 7.519 - 0.259 = 7.26 ms
   SPEC = DDTree step - MoE(9) - ATTN_BASE = 14.521 - 1.991 - 7.260 = 5.27 ms
 
-Where the numbers come from: calibration.json (beside this file, or
---calibration PATH) holds every input with a source saying whether it was
-measured, inferred or assumed, and a log of later measurements that every
-run predicts and --fit fits the assumptions to. The code holds formulas only.
-
-Run it:
-    python estimate_b300.py                      # tables and a breakdown chart
-    python estimate_b300.py --format json        # also markdown, csv; --explain for the derivation
-    python estimate_b300.py --set native_engine.overhead_cut=0.3
-    python estimate_b300.py --sweep native_engine.overhead_cut=0.2:0.6:0.1
-    python estimate_b300.py --sensitivity
-    python estimate_b300.py --solve native_engine.overhead_cut --observed current/native=463
-    python estimate_b300.py --measured ar/native=190 --measured current/native=421 --fit native_engine.overhead_cut
-
-Bad input exits with status 2 and one line on stderr naming the file, the
-option and the key path; nothing is printed on stdout and no file is written.
+The numbers come from calibration.json, each with its source; the code holds formulas only.
 
 The file reads top to bottom: the calibration's records; the model; loading and
 validating the calibration; key paths; the analyses (overrides, sweeps, sensitivity,
@@ -191,7 +171,6 @@ class Range(NamedTuple):
     path: str
     low: float
     high: float
-    relative: float | None  # set when the range was given as value x (1 -/+ relative)
     source: str
 
 
@@ -383,15 +362,10 @@ def curve_at(curve: MoeCurve, model: ModelGeometry | None, m: int) -> Figure:
     point = next((p for p in curve.points if p.m == m), None)
     if point:
         return point_figure(point)
-    lo, hi = curve_segment(curve.points, m)
+    above = max(next((i for i, p in enumerate(curve.points) if p.m >= m), len(curve.points) - 1), 1)
+    lo, hi = curve.points[above - 1], curve.points[above]  # its own segment inside, the nearest end one outside
     formula = f"curve({lo.m}) + ({m} - {lo.m}) * (curve({hi.m}) - curve({lo.m})) / ({hi.m} - {lo.m})"
     return derive(f"curve({m})", formula, "ms", point_figure(lo), point_figure(hi))
-
-
-def curve_segment(points: tuple[CurvePoint, ...], m: int) -> tuple[CurvePoint, CurvePoint]:
-    """The two points M is read between: its own segment inside the curve, the nearest end segment outside."""
-    above = next((i for i, p in enumerate(points) if p.m >= m), len(points) - 1)
-    return points[max(above, 1) - 1], points[max(above, 1)]
 
 
 def point_figure(p: CurvePoint) -> Figure:
@@ -875,7 +849,7 @@ def printable(text: str) -> str:
     return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii") if steers(ch) else ch for ch in text)
 
 
-def _describe(value: object, quote: bool = True) -> str:
+def _describe(value: object) -> str:
     """A value as an error message shows it: 40 -> '40', "8" -> 'a string "8"', [1] -> 'a list [1]'."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
         return f"an integer of {len(str(abs(value)))} digits"
@@ -886,7 +860,7 @@ def _describe(value: object, quote: bool = True) -> str:
     except (RecursionError, ValueError):  # nested deeper than the stack allows
         return _kind(value) + " nested too deep to show"
     text = text if len(text) <= 40 else text[:37] + "..."
-    return f"{_kind(value)} {text}" if quote and isinstance(value, (str, list, dict)) else text
+    return f"{_kind(value)} {text}" if isinstance(value, (str, list, dict)) else text
 
 
 def _kind(value: object) -> str:
@@ -902,6 +876,11 @@ def _unknown(key: str, candidates: Iterable[str], fallback: str, prefix: str = "
     """The one hint for a key that is not there: 'did you mean PREFIX + the nearest?', else the fallback."""
     near = _closest(key, candidates)
     return f"did you mean {prefix}{near}?" if near else fallback
+
+
+def _not_a_number(key: str, numbers: Iterable[str]) -> str:
+    hint = _unknown(key, numbers, "expected the key path of a number, e.g. native_engine.overhead_cut")
+    return f"not a number of the calibration ({hint})"
 
 
 def _closest(word: str, candidates: Iterable[str]) -> str | None:
@@ -984,8 +963,8 @@ class _Reader:
             key, f"missing; expected {expected}" + (f" (is {self.at(typo)} a misspelling of it?)" if typo else "")
         )
 
-    def child(self, key: str, default: object = _REQUIRED) -> "_Reader":
-        return _Reader(self.raw(key, "an object", default), self.at(key), self.domains, self.root)
+    def child(self, key: str) -> "_Reader":
+        return _Reader(self.raw(key, "an object"), self.at(key), self.domains, self.root)
 
     def optional_child(self, key: str) -> "_Reader | None":
         """The object at key, or None when the key is absent (null is present, and not an object)."""
@@ -996,12 +975,10 @@ class _Reader:
         return _Reader(item, path, self.domains, self.root)
 
     def number(self, key: str, domain: Domain = POSITIVE) -> float:
-        return self.value_at(self.at(key), self.raw(key, domain), domain)
-
-    def value_at(self, path: str, value: object, domain: Domain) -> float:
+        value = self.raw(key, domain)
         if self.domains is not None:
-            self.domains[path] = domain
-        return _number(value, path, domain)
+            self.domains[self.at(key)] = domain
+        return _number(value, self.at(key), domain)
 
     def count(self, key: str, low: int = 1) -> int:
         return int(self.number(key, COUNT if low == 1 else COUNT._replace(low=low)))
@@ -1199,9 +1176,8 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
         raise CalibrationError(section.path, message)
     for key in keys:
         if key not in numbers:
-            hint = _unknown(key, numbers, "expected the key path of a number, e.g. native_engine.overhead_cut")
-            raise section.error(key, f"not a number of the calibration ({hint})")
-        entry, domain, relative = section.child(key), domains[key], None
+            raise section.error(key, _not_a_number(key, numbers))
+        entry, domain = section.child(key), domains[key]
         if "relative" in entry.data:
             relative = entry.number("relative", Domain(0.0, 1.0, high_open=False))
             value = number_at(section.root, parse_path(key))
@@ -1215,29 +1191,25 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
                     raise entry.error(
                         given_as, f"the range reaches {end:g}; expected {domain.describe()}, as for {key} itself"
                     )
-        ranges.append(Range(key, low, high, relative, entry.string("source")))
+        ranges.append(Range(key, low, high, entry.string("source")))
         entry.finish()
     return tuple(ranges)
 
 
-# Each top-level section and its reader, in the order they are read: `ranges` last, since its ends are
-# checked against the domains of every number before it. A sweep re-reads only the sections it changes.
-SECTIONS: dict[str, Callable[[_Reader], object]] = {
-    "hardware": _read_hardware,
-    "moe_curve": _read_curve,
-    "anchors": _read_anchors,
-    "native_engine": _read_native_engine,
-    "stronger_drafter": _read_stronger_drafter,
+# Each top-level section, its reader and what the reader is handed, in the order they are read: `ranges` last,
+# since its ends are checked against the domains of every number before it. A sweep re-reads only the sections it
+# changes. An optional section's reader is handed None when it is absent; `measurements`, a list, the top level.
+SECTIONS: dict[str, tuple[Callable[[Any], object], str]] = {
+    "hardware": (_read_hardware, "object"),
+    "model": (_read_model, "optional"),
+    "moe_curve": (_read_curve, "object"),
+    "anchors": (_read_anchors, "object"),
+    "native_engine": (_read_native_engine, "object"),
+    "sglang": (_read_sglang, "optional"),
+    "stronger_drafter": (_read_stronger_drafter, "object"),
+    "measurements": (_read_measurements, "top"),
+    "ranges": (_read_ranges, "optional"),
 }
-OPTIONAL_SECTIONS: dict[str, Callable[[_Reader | None], object]] = {
-    "model": _read_model,
-    "sglang": _read_sglang,
-    "ranges": _read_ranges,
-}
-SECTION_ORDER = (
-    *("hardware", "model", "moe_curve", "anchors", "native_engine", "sglang", "stronger_drafter"),
-    *("measurements", "ranges"),
-)
 
 
 def parse_calibration(data: object) -> Calibration:
@@ -1247,7 +1219,7 @@ def parse_calibration(data: object) -> Calibration:
     version = top.raw("schema_version", f"the number {SCHEMA_VERSION}")
     if isinstance(version, bool) or version != SCHEMA_VERSION:
         raise top.error("schema_version", f"got {_describe(version)}; this tool reads schema {SCHEMA_VERSION}")
-    sections = {key: _read_section(top, key) for key in SECTION_ORDER}
+    sections = {key: _read_section(top, key) for key in SECTIONS}
     top.finish()
     return _checked(Calibration(**sections, domains=domains))  # type: ignore[arg-type]
 
@@ -1260,7 +1232,7 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
     """
     changed = list(changed)
     keys = {str(path[0]) for path in changed}
-    if not keys <= set(SECTION_ORDER):
+    if not keys <= SECTIONS.keys():
         return parse_calibration(doc)  # a key outside every section: the full read names it
     top = _Reader(doc, "", dict(cal.domains) if "ranges" in keys else None)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
@@ -1272,10 +1244,8 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
 
 
 def _read_section(top: _Reader, key: str) -> object:
-    if key == "measurements":  # a list, not an object
-        return _read_measurements(top)
-    optional = OPTIONAL_SECTIONS.get(key)
-    return optional(top.optional_child(key)) if optional else SECTIONS[key](top.child(key))
+    read, handed = SECTIONS[key]
+    return read(top if handed == "top" else top.optional_child(key) if handed == "optional" else top.child(key))
 
 
 def _checked(cal: Calibration) -> Calibration:
@@ -1551,28 +1521,24 @@ class ScenarioSpec(NamedTuple):
         drafter, _, pipeline = head.partition("/")
         known = (*DRAFTERS, "ar") if autoregressive else DRAFTERS
         drafter = "ar" if autoregressive and drafter == "AR" else drafter  # as a measurement's label spells it
+        bad = functools.partial(CalibrationError, "", file=f"{option} {text}")
         if drafter == "ar" and at and autoregressive:
-            raise CalibrationError(
-                "", "an autoregressive run takes no @ACCEPT: it commits one token a step; expected e.g. ar/native",
-                file=f"{option} {text}",
-            )  # fmt: skip
+            raise bad("an autoregressive run takes no @ACCEPT: it commits one token a step; expected e.g. ar/native")
         if drafter not in known or pipeline not in PIPELINES:
             also = ", or ar/PIPELINE for an autoregressive run" if autoregressive else ""
-            raise CalibrationError(
-                "", f"expected DRAFTER/PIPELINE[@ACCEPT] with DRAFTER in {', '.join(DRAFTERS)} and PIPELINE in "
-                f"{', '.join(PIPELINES)}, e.g. stronger/native@14{also}", file=f"{option} {text}",
-            )  # fmt: skip
+            raise bad(
+                f"expected DRAFTER/PIPELINE[@ACCEPT] with DRAFTER in {', '.join(DRAFTERS)} and PIPELINE in "
+                f"{', '.join(PIPELINES)}, e.g. stronger/native@14{also}"
+            )
         accept = None
         if at and not accept_text:
-            raise CalibrationError("", "nothing after @; expected an accept length, e.g. @14", file=f"{option} {text}")
+            raise bad("nothing after @; expected an accept length, e.g. @14")
         if accept_text:
             number, accept = parse_value(accept_text), math.nan  # JSON, as every number on the command line
             if isinstance(number, (int, float)) and not isinstance(number, bool) and abs(number) < MAX_FIGURE:
                 accept = float(number)
             if not math.isfinite(accept):
-                raise CalibrationError(
-                    "", f"@{accept_text}: expected an accept length, e.g. @14", file=f"{option} {text}"
-                )
+                raise bad(f"@{accept_text}: expected an accept length, e.g. @14")
         return ScenarioSpec(drafter, pipeline, accept)
 
 
@@ -1585,11 +1551,8 @@ def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str, place: int |
     if spec.accept is None:
         accept = drafter.accepts[median_place(drafter) if place is None else place]
     else:
-        try:
+        with naming(option, f"{spec.drafter}/{spec.pipeline}@{spec.accept:g}"):
             accept = given("accept", _accept(spec.accept, f"@{spec.accept:g}", drafter.block, drafter.budget), "tokens")
-        except CalibrationError as exc:
-            exc.file = f"{option} {spec.drafter}/{spec.pipeline}@{spec.accept:g}"
-            raise
     return drafter_on(cal, drafter, spec.pipeline, (accept,))[0]
 
 
@@ -1682,7 +1645,18 @@ class SweepPlan(NamedTuple):
     extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
 
     def points(self) -> Iterator[SweepPoint]:
-        return sweep_points(self)
+        """Every combination of the sweeps' values, the first sweep outermost, estimated one at a time."""
+        names = [format_path(s.path) for s in self.sweeps]
+        for combo in itertools.product(*(s.values for s in self.sweeps)):
+            values = tuple(zip(names, combo, strict=True))
+            try:
+                point = recalibrate(
+                    self.doc, self.calibration, [(s.path, v) for s, v in zip(self.sweeps, combo, strict=True)]
+                )[1]
+                yield SweepPoint(values, point, scenarios(point))
+            except CalibrationError as exc:
+                exc.file = f"{self.label} at --sweep {_point_text(values)}"
+                raise
 
 
 def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str) -> SweepPlan:
@@ -1695,28 +1669,13 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
     plan = SweepPlan(tuple(sweeps), doc, cal, label, count)
     seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
     extrapolated: set[int] = set()
-    for point in sweep_points(plan):
+    for point in plan.points():
         for kind, message in physical_warnings(point.calibration, point.scenarios):
             n, at, first = seen.get(kind, (0, _point_text(point.values), message))
             seen[kind] = (n + 1, at, first)
         extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
     warnings = [f"at {n} of {count} sweep points (the first at {at}): {first}" for n, at, first in seen.values()]
     return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)))
-
-
-def sweep_points(plan: SweepPlan) -> Iterator[SweepPoint]:
-    """Every combination of the sweeps' values, the first sweep outermost, estimated one at a time."""
-    names = [format_path(s.path) for s in plan.sweeps]
-    for combo in itertools.product(*(s.values for s in plan.sweeps)):
-        values = tuple(zip(names, combo, strict=True))
-        try:
-            point = recalibrate(
-                plan.doc, plan.calibration, [(s.path, v) for s, v in zip(plan.sweeps, combo, strict=True)]
-            )[1]
-            yield SweepPoint(values, point, scenarios(point))
-        except CalibrationError as exc:
-            exc.file = f"{plan.label} at --sweep {_point_text(values)}"
-            raise
 
 
 def _point_text(values: Iterable[tuple[str, object]]) -> str:
@@ -1870,8 +1829,7 @@ def fittable(cal: Calibration, path_text: str, option: str) -> tuple[PathSegment
         section = "measurements" if key.startswith("measurements") else "ranges"
         message = f"is in `{section}`, not an assumption of the model; expected e.g. native_engine.overhead_cut"
         raise CalibrationError(key, message, file=option)
-    hint = _unknown(key, candidates, "expected the key path of a number, e.g. native_engine.overhead_cut")
-    raise CalibrationError(key, f"not a number of the calibration ({hint})", file=option)
+    raise CalibrationError(key, _not_a_number(key, candidates), file=option)
 
 
 def fit(
@@ -2413,14 +2371,11 @@ def figure_text(figure: Figure, operand: bool = False) -> str:
     return FIGURE_FORMATS[figure.unit][operand].format(figure.value)
 
 
-def substitute(figure: Figure) -> str:
-    """The formula with each input's value in place of its name: 'AR step - MoE(1)' -> '7.519 - 0.259'."""
-    inputs = {i.name: i for i in figure.inputs}
-    return replace_names(figure.formula, inputs, lambda name: figure_text(inputs[name], operand=True))
-
-
 def explain_line(figure: Figure) -> str:
-    return f"  {figure.name} = {figure.formula} = {substitute(figure)} = {figure_text(figure)}"
+    """name = formula = the formula with each input's value for its name = result, one line of --explain."""
+    inputs = {i.name: i for i in figure.inputs}
+    numbers = replace_names(figure.formula, inputs, lambda name: figure_text(inputs[name], operand=True))
+    return f"  {figure.name} = {figure.formula} = {numbers} = {figure_text(figure)}"
 
 
 def _value_text(value: object) -> str:
@@ -3251,7 +3206,7 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
         writer.writerow(cells)
         return out.getvalue()
 
-    yield line([*names, *SCENARIO_FIELDS, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
+    yield line([*names, *SCENARIO_FIELDS, *Provenance._fields])
     scenario = encoded_once(lambda row: line([*map(_csv_cell, row[: len(SCENARIO_FIELDS)]), *provenance]))
     for point in points:
         values = line([*(_csv_cell(v) for _, v in point.values), ""])[:-1] if point.values else ""  # "a,b,"
@@ -3260,7 +3215,7 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
         fit = report.fit
         extra = ["predicted_before", "predicted_after", "residual", "loo_residual"] if fit else []
         yield line([])
-        yield line([*MEASUREMENT_FIELDS, *extra, "calibration_file", "calibration_sha256", "tool_version", "overrides"])
+        yield line([*MEASUREMENT_FIELDS, *extra, *Provenance._fields])
         for i, p in enumerate(report.track_record):
             more = [fit.before[i].predicted_tok_s, p.predicted_tok_s, p.residual, fit.loo_residuals[i]] if fit else []
             yield line([*map(_csv_cell, [*_measurement_json(p).values(), *more]), *provenance])
@@ -3409,85 +3364,44 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG, add_help=False,
         description="Estimate Kimi K2.x + DDTree decode throughput on B300 from calibration.json.",
     )  # fmt: skip
-    add = parser.add_argument
-    add("-h", "--help", action="store_true", help="show this help and exit")
-    add("--version", action="store_true", help="show the version and exit")
-    add(
-        "--calibration",
-        action=_Once,
-        metavar="PATH",
-        help="calibration JSON to read (default: the one installed with the tool)",
-    )
-    add(
-        "--format",
-        action=_Once,
-        choices=RENDERERS,
-        default="table",
-        help="tables, one JSON object, a Markdown document, or CSV",
-    )
-    add(
-        "--tablefmt",
-        action=_Once,
-        default="simple",
-        metavar="NAME",
-        help="any tabulate format for the tables, e.g. github",
-    )
-    show = parser.add_argument_group("showing the work").add_argument
-    show(
-        "--all",
-        action="store_true",
-        help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, measurements",
-    )
-    show("--explain", action="store_true", help="print the derivation, one figure a line, not the tables")
-    show("--no-chart", action="store_true", help="leave out the step-time breakdown chart")
-    show("--ascii", action="store_true", help="plain ASCII output (automatic when stdout cannot take Unicode)")
-    what_if = parser.add_argument_group("what-if analysis").add_argument
-    what_if(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY.PATH=VALUE",
-        help="override one value (JSON, else a string); repeatable",
-    )
-    what_if(
-        "--sweep",
-        action="append",
-        default=[],
-        metavar="KEY.PATH=VALUES",
-        help="estimate at each of V1,V2,... or START:STOP:STEP; two make a grid",
-    )
-    what_if(
-        "--sensitivity",
-        action="store_true",
-        help="swing each assumption across its range (calibration `ranges`), and the band",
-    )
-    what_if(
+
+    def kinds(group: Any) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+        """add_argument for a flag, an option given at most once, and a repeatable option."""
+        add = functools.partial(functools.partial, group.add_argument)
+        return add(action="store_true"), add(action=_Once), add(action="append", default=[])
+
+    flag, once, _ = kinds(parser)
+    flag("-h", "--help", help="show this help and exit")
+    flag("--version", help="show the version and exit")
+    once("--calibration", metavar="PATH", help="calibration JSON to read (default: the one installed with the tool)")
+    once("--format", choices=RENDERERS, default="table", help="tables, one JSON object, a Markdown document, or CSV")
+    once("--tablefmt", default="simple", metavar="NAME", help="any tabulate format for the tables, e.g. github")
+    flag, _, _ = kinds(parser.add_argument_group("showing the work"))
+    flag("--all", help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, measurements")
+    flag("--explain", help="print the derivation, one figure a line, not the tables")
+    flag("--no-chart", help="leave out the step-time breakdown chart")
+    flag("--ascii", help="plain ASCII output (automatic when stdout cannot take Unicode)")
+    flag, once, many = kinds(parser.add_argument_group("what-if analysis"))
+    many("--set", metavar="KEY.PATH=VALUE", help="override one value (JSON, else a string); repeatable")
+    many("--sweep", metavar="KEY.PATH=VALUES", help="estimate at each of V1,V2,... or START:STOP:STEP; two make a grid")
+    flag("--sensitivity", help="swing each assumption across its range (calibration `ranges`), and the band")
+    once(
         "--scenario",
-        action=_Once,
         metavar="DRAFTER/PIPELINE[@ACCEPT]",
         help="what --sensitivity studies (default: stronger/native at the middle accept, the lower of two)",
     )
-    what_if(
-        "--solve", action=_Once, metavar="KEY.PATH", help="find the value of one assumption that matches --observed"
+    once("--solve", metavar="KEY.PATH", help="find the value of one assumption that matches --observed")
+    once("--observed", metavar="SCENARIO=TOK_S", help="a measured throughput for --solve, e.g. current/native=463")
+    _, _, many = kinds(
+        parser.add_argument_group("calibrating from measurements (the calibration's `measurements` log)")
     )
-    what_if(
-        "--observed",
-        action=_Once,
-        metavar="SCENARIO=TOK_S",
-        help="a measured throughput for --solve, e.g. current/native=463",
-    )
-    fitting = parser.add_argument_group("calibrating from measurements (the calibration's `measurements` log)")
-    fitting.add_argument(
+    many(
         "--measured",
-        action="append",
-        default=[],
         metavar="SCENARIO=TOK_S",
         help="log one more measured throughput, e.g. current/native=415 or ar/native=201; repeatable",
     )
-    fitting.add_argument(
+    many(
         "--fit",
-        action="append",
-        default=[],
         metavar="KEY.PATH",
         help="fit this assumption to every measurement (least squares in ln tok/s); repeatable",
     )
