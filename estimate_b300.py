@@ -1374,9 +1374,10 @@ def parse_path(text: str) -> PathSegments:
         elif not indices or not segments:
             raise CalibrationError(text, "expected a key path such as native_engine.overhead_cut")
         for index in indices:
-            if not index.endswith("]") or not index[:-1].isdigit():
+            digits = index[:-1]
+            if not index.endswith("]") or not (digits.isascii() and digits.isdigit() and len(digits) <= 9):
                 raise CalibrationError(text, f"bad index [{index}; expected [N] with a whole number N")
-            segments.append(int(index[:-1]))
+            segments.append(int(digits))
     return tuple(segments)
 
 
