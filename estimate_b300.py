@@ -975,10 +975,10 @@ class _Reader:
         return _Reader(item, path, self.domains, self.root)
 
     def number(self, key: str, domain: Domain = POSITIVE) -> float:
-        value = self.raw(key, domain)
+        value, path = self.raw(key, domain), self.at(key)
         if self.domains is not None:
-            self.domains[self.at(key)] = domain
-        return _number(value, self.at(key), domain)
+            self.domains[path] = domain
+        return _number(value, path, domain)
 
     def count(self, key: str, low: int = 1) -> int:
         return int(self.number(key, COUNT if low == 1 else COUNT._replace(low=low)))
