@@ -265,9 +265,10 @@ def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
             name, f"{formula} with {values} gives {value:.4g}; expected a finite figure below {MAX_FIGURE:.0e}: "
             "inputs of sensible size"
         )  # fmt: skip
-    return Figure(name, value, unit, formula, inputs)
+    return _new_figure((name, value, unit, formula, inputs, ""))
 
 
+_new_figure = functools.partial(tuple.__new__, Figure)  # Figure(...) less its Python __new__: a sweep makes millions
 _COMPILED: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # formula text -> the function it spells
 
 
@@ -377,7 +378,7 @@ class Decomposition(NamedTuple):
 
     bandwidth_ratio: Figure
     ar_tok_s: Figure
-    ddtree_tok_s: Figure
+    today: Figure  # the DDTree anchor's tok_s: the throughput measured today
     ar_step: Figure
     moe_ar: MoeTime  # MoE(1)
     attn_base: Figure
@@ -431,8 +432,9 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
         part.name: derive(f"share of {part.name}", f"{part.name} / DDTree step", "%", part, ddtree_step)
         for part in (ddtree_step, moe_m, attn_base, spec, overhead)
     }
+    today = tok_s._replace(name="today")
     return Decomposition(
-        ratio, ar_tok_s, tok_s, ar_step, moe_ar, attn_base, ddtree_step, moe_dd, spec, overhead, shares
+        ratio, ar_tok_s, today, ar_step, moe_ar, attn_base, ddtree_step, moe_dd, spec, overhead, shares
     )
 
 
@@ -533,8 +535,8 @@ def scenario(
     """
     moe, step_ = part.moe, part.step
     tok_s = throughput(accept, step_)
-    today = dec.ddtree_tok_s._replace(name="today")  # the throughput measured today: the DDTree anchor
-    figures = [tok_s, derive("x today", "tok/s / today", "x", tok_s, today), chain_alpha(accept.value, drafter.block)]
+    x_today = derive("x today", "tok/s / today", "x", tok_s, dec.today)
+    figures = [tok_s, x_today, chain_alpha(accept.value, drafter.block)]
     if moe.floor:
         ceiling = derive("ceiling", "1000 * accept / MoE floor", "tok/s", accept, moe.floor)
         figures += [ceiling, derive("of ceiling", "tok/s / ceiling", "%", tok_s, ceiling)]
@@ -2875,7 +2877,7 @@ def notes(report: Report, style: Style) -> list[str]:
         )
     if report.sweep is None:
         found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
-        found.append(f"x today: tok/s over today's {est.decomposition.ddtree_tok_s.value:g} tok/s, {_measured(cal)}.")
+        found.append(f"x today: tok/s over today's {est.decomposition.today.value:g} tok/s, {_measured(cal)}.")
     if style.everything and report.sweep is None:
         found.append(
             "chain alpha: the per-token acceptance rate a single chain as deep as the block needs for that accept "
