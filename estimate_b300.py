@@ -3281,14 +3281,16 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out += ["", "Experts fit of the curve: least squares of curve(M) = t0 + t_expert * distinct(M)"]
         out.append(f"  t0 = {fit.t0.value:.4g} ms, t_expert = {fit.t_expert.value:.4g} ms per distinct expert")
         out += [f"  residual({m}) = curve({m}) - fit({m}) = {r:+.3f} ms" for m, r in fit.residuals_ms]
-    shown: set[tuple[str, str, float]] = set()
+    shown: dict[tuple[str, str, float], str] = {}  # each figure once (it may be computed again), by where it is
     for (heading, _), figures in zip(blocks, derived, strict=True):
-        new = []
-        for f in figures:  # each figure once: the same figure may be computed more than once
-            if f.inputs and (f.name, f.formula, f.value) not in shown:
-                shown.add((f.name, f.formula, f.value))
-                new.append(f)
-        out += ["", heading, *map(explain_line, new)] if new else []
+        new = {key: f for f in figures if f.inputs and (key := (f.name, f.formula, f.value)) not in shown}
+        earlier = {  # what the new figures read from a block above, but for the calibration's, which all read
+            key: f"  {i.name} = {figure_text(i)}, from {shown[key]}"
+            for f in new.values() for i in f.inputs if shown.get(key := (i.name, i.formula, i.value), "Calibration")
+            != "Calibration"
+        }  # fmt: skip
+        out += ["", heading, *earlier.values(), *map(explain_line, new.values())] if new else []
+        shown.update(dict.fromkeys(new, heading.partition(" (")[0]))
     if report.track_record:
         out += ["", "Track record: error = predicted / measured - 1"]
         out += [

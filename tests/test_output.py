@@ -293,5 +293,24 @@ def test_explain_shows_each_figure_once(capsys: pytest.CaptureFixture[str], args
     """The bandwidth ratio is computed for every MoE time; --explain prints it once."""
     out = run_main(capsys, "--explain", *args).out
     lines = [line for line in out.splitlines() if " = " in line and not line.startswith("  accept = ")]
-    assert len(lines) == len(set(lines)), [line for line in lines if lines.count(line) > 1][:3]
+    computed = [line for line in lines if ", from " not in line]
+    assert len(computed) == len(set(computed)), [line for line in computed if computed.count(line) > 1][:3]
     assert out.count("bandwidth ratio = target bandwidth / reference bandwidth") == 1
+
+
+def test_explain_names_where_a_block_reads_a_figure_from(capsys: pytest.CaptureFixture[str]) -> None:
+    """A block that reads a figure computed under another scenario names it, its value and that block,
+    and the block named computes it: the step of stronger/native@14 is stronger/native@12's."""
+    out = run_main(capsys, "--explain").out
+    blocks = {block.splitlines()[0].partition(" (")[0]: block for block in out.split("\n\n")}
+    at_14 = blocks["Scenario stronger/native@14"].splitlines()
+    assert at_14[1] == "  step = 14.73 ms, from Scenario stronger/native@12"
+    references = [line for line in out.splitlines() if ", from " in line]
+    assert len(references) >= 10
+    for line in references:
+        name, _, rest = line.strip().partition(" = ")
+        value, _, where = rest.partition(", from ")
+        assert f"\n  {name} = " in blocks[where] and blocks[where].split(f"\n  {name} = ")[1].split("\n")[0].endswith(
+            f" = {value}"
+        ), line
+    assert not any(", from Calibration" in line for line in references)  # every block reads the calibration's
