@@ -36,6 +36,7 @@ import operator
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, NoReturn
 
@@ -53,6 +54,7 @@ ROUNDING = 1e-12  # a relative difference this small is float rounding, not a co
 MAX_COUNT = 1_000_000  # the largest M, block, budget or TP: far past any decode step at concurrency 1
 MAX_FIGURE = 1e15  # a figure this large (ms, tok/s, GB) means inputs of no sensible size
 MAX_FILE_BYTES = 4 << 20  # a calibration file: the shipped one is 5 KB
+MAX_READ_SECONDS = 5  # reading it from a pipe: `cat calibration.json |` takes milliseconds
 MAX_ITEMS = {"points": 1000, "accept": 64}  # curve points; accept lengths of a drafter
 MAX_RANGES = 10  # the band tries every combination of range ends: 2^10
 MAX_PATH = 16  # segments of a key path; the deepest in a calibration has 5
@@ -1271,15 +1273,14 @@ def _checked(cal: Calibration) -> Calibration:
 def read_document(path: str) -> tuple[object, str]:
     """Read and decode a calibration file: (document, the first 12 hex digits of its SHA-256).
 
-    Opened without blocking (a pipe with no writer reads as empty) and read only up to its size limit
-    (/dev/zero ends there). A key given twice in one object is an error naming its path.
+    Opened without blocking (a pipe with no writer reads as empty), read only up to its size limit
+    (/dev/zero ends there) and for at most MAX_READ_SECONDS (a pipe whose writer never ends is an error).
+    A key given twice in one object is an error naming its path.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
-            os.set_blocking(fd, True)
-            with os.fdopen(fd, "rb", closefd=False) as stream:
-                raw = stream.read(MAX_FILE_BYTES + 1)
+            raw = _read_bounded(fd)
         finally:
             os.close(fd)
     except FileNotFoundError:
@@ -1322,6 +1323,28 @@ def read_document(path: str) -> tuple[object, str]:
         where = next(format_path((*p, key)) for p, node in _objects(doc, ()) if node is obj)
         raise CalibrationError(where, "appears twice in its object; expected each key once (the later one would win)")
     return doc, hashlib.sha256(raw).hexdigest()[:12]
+
+
+def _read_bounded(fd: int) -> bytes:
+    """Up to MAX_FILE_BYTES + 1 bytes, to the end of the file or MAX_READ_SECONDS, whichever comes first."""
+    chunks: list[bytes] = []
+    size, deadline = 0, time.monotonic() + MAX_READ_SECONDS
+    while size <= MAX_FILE_BYTES:
+        try:
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+        except BlockingIOError:  # a pipe or terminal with nothing to read yet
+            import select
+
+            if not select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0]:
+                raise CalibrationError(
+                    "", f"did not end within {MAX_READ_SECONDS} s; expected a file, or a pipe whose writer finishes"
+                ) from None
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _objects(node: object, path: PathSegments) -> Iterator[tuple[PathSegments, object]]:
@@ -1725,9 +1748,10 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     """
     place = median_place(drafters(cal)[DRAFTERS.index(spec.drafter)])  # a range on that accept moves the scenario
     base = scenario_for(cal, spec, "--scenario", place)
-    if cal.ranges is None:
-        raise CalibrationError("ranges", "missing; --sensitivity varies the assumptions listed there: expected a "
-                                         "`ranges` section (the shipped calibration.json has one to copy)")  # fmt: skip
+    if not cal.ranges:
+        got, want = ("missing", "a `ranges` section") if cal.ranges is None else ("lists no range", "at least one")
+        raise CalibrationError("ranges", f"{got}; --sensitivity varies the assumptions listed there: expected {want} "
+                                         "(the shipped calibration.json has ranges to copy)")  # fmt: skip
     paths = [parse_path(r.path) for r in cal.ranges]
 
     def tok_s(changes: Iterable[Change]) -> float:
@@ -2198,7 +2222,10 @@ def log_measured(
 
 
 def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[str, str]]:
-    """Inputs that contradict themselves or ask more than the hardware can give: (kind, message) pairs."""
+    """Inputs that contradict themselves or ask more than the hardware can give: (kind, message) pairs.
+
+    One message of each kind: the first case, and how many more there are (a curve may have 1,000 points).
+    """
     ref, tgt, points = cal.hardware.reference, cal.hardware.target, cal.moe_curve.points
     measured_on, found = cal.anchors.measured_on, []
     if measured_on is not None and measured_on != tgt.name:
@@ -2208,30 +2235,38 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
             f"{tgt.name} only the MoE time its bandwidth gives",
         ))  # fmt: skip
     found += [
-        ("curve order", f"moe_curve.points: the MoE time falls from {a.ms:g} ms at M = {a.m} to {b.ms:g} ms at "
+        ("curve", f"moe_curve.points: the MoE time falls from {a.ms:g} ms at M = {a.m} to {b.ms:g} ms at "
          f"M = {b.m}; a larger batch reads at least as many experts: check the times")
         for a, b in itertools.pairwise(points) if b.ms < a.ms
     ]  # fmt: skip
     found += [
-        (f"peak {p.m}", f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB "
+        ("peak", f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB "
          f"per GPU, which takes at least {p.peak_ms:.3g} ms at {ref.name}'s {ref.mem_bandwidth_tb_s:g} TB/s: "
          f"{100 * p.efficiency:.1f}% of peak bandwidth is impossible; check the time, the `model` geometry or "
          "hardware.reference.mem_bandwidth_tb_s")
         for p in roofline(cal) or () if p.efficiency > 1
     ]  # fmt: skip
     found += [
-        (f"floor {row.label}", f"{row.label}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the "
+        ("floor", f"{row.label}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the "
          f"MoE weights alone ({row.moe_floor_ms:.3g} ms at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s); "
          "the inputs are inconsistent: check the curve, the bandwidths and the anchors")
         for row in rows if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms
     ]  # fmt: skip
     found += [
-        (f"sglang {m.origin}", f"{m.origin}: {m.label} is a measurement on SGLang, but {why}; "
+        ("sglang", f"{m.origin}: {m.label} is a measurement on SGLang, but {why}; "
          "check its pipeline, or sglang.max_budget")
         for m in cal.measurements
         if m.pipeline == "sglang" and m.drafter and (why := cannot_run(cal.sglang, measured_drafter(cal, m)))
     ]  # fmt: skip
-    return list(dict(found).items())  # each kind once
+    cases: dict[str, list[str]] = {}
+    for kind, message in dict.fromkeys(found):
+        cases.setdefault(kind, []).append(message)
+    return [(kind, first + (f" (and {len(more)} more {MORE_CASES[kind]})" if more else ""))
+            for kind, (first, *more) in cases.items()]  # fmt: skip
+
+
+MORE_CASES = {"curve": "places where it falls", "peak": "points like it", "floor": "scenarios like it",
+              "sglang": "measurements like it"}  # fmt: skip
 
 
 # === One run: everything the options ask for, computed once ===
@@ -2382,7 +2417,21 @@ def explain_line(figure: Figure) -> str:
 
 
 def _value_text(value: object) -> str:
-    return f"{value:g}" if isinstance(value, float) else value if isinstance(value, str) else json.dumps(value)
+    """A value as written: 0.4, 32, B300, [12, 14]; a float to 6 digits."""
+    return f"{value:g}" if isinstance(value, float) else value if isinstance(value, str) else _json_text(value)
+
+
+def _json_text(value: object) -> str:
+    """JSON, but for a whole number past 15 digits, which takes 6: 10^300 is 1e+300, not 301 digits."""
+    if isinstance(value, list):
+        return f"[{', '.join(map(_json_text, value))}]"
+    if isinstance(value, dict):
+        return f"{{{', '.join(f'{json.dumps(k)}: {_json_text(v)}' for k, v in value.items())}}}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
+        import decimal
+
+        return f"{decimal.Decimal(value).normalize(decimal.Context(prec=6)):g}"
+    return json.dumps(value)
 
 
 def markdown_text(text: object) -> str:
@@ -2466,7 +2515,7 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
             [[wrapped[i][k] if i in wrapped else cell for i, cell in enumerate(row)] for k, row in enumerate(cells)],
             headers=headers, tablefmt=tablefmt, missingval="",
             floatfmt=[c.fmt or "g" for c in columns], colalign=["right" if c.fmt else "left" for c in columns],
-            disable_numparse=text,
+            disable_numparse=text if cells else True,  # tabulate fails on a list of columns without rows
         )  # fmt: skip
         excess = max(map(len, out.splitlines()), default=0) - style.width
         narrower = [i for i in text if width[i] > least[i]]
@@ -3533,8 +3582,12 @@ def _encodes(text: str, encoding: str) -> bool:
 
 def say(line: str) -> None:
     """One line on stderr; a stderr that cannot take it changes nothing else."""
+    text = printable(line) + "\n"
     try:
-        sys.stderr.write(printable(line) + "\n")
+        try:
+            sys.stderr.write(text)
+        except UnicodeError:  # an encoding that cannot write it (PYTHONIOENCODING=idna): the line in ASCII
+            sys.stderr.buffer.write(text.encode("ascii", "backslashreplace"))
         sys.stderr.flush()
     except (AttributeError, OSError, ValueError):  # closed, full, or gone
         _silence(2)
@@ -3551,6 +3604,13 @@ def emit(chunks: Iterable[str]) -> int:
     except BrokenPipeError:  # `estimate-b300 | head`: the reader left, which is not an error
         _silence(1)
         return 0
+    except UnicodeError as exc:  # PYTHONIOENCODING=idna takes neither a line of 64 letters nor a box character
+        _silence(1)
+        say(
+            f"estimate_b300: cannot write the output in the encoding {_stdout_encoding()} ({exc}); expected an "
+            "encoding of text such as utf-8 (PYTHONIOENCODING)"
+        )
+        return 1
     except (OSError, ValueError) as exc:
         _silence(1)
         say(f"estimate_b300: cannot write the output: {getattr(exc, 'strerror', None) or exc}")

@@ -1,13 +1,15 @@
 """Benchmarks (run by hand; pytest does not collect them). The README quotes what they print.
 
-    .venv/bin/python tests/bench.py [ROUNDS] [--only startup|sweeps|fit]
+    .venv/bin/python tests/bench.py [ROUNDS] [--only startup|sweeps|fit] [--against DIR]
 
 1. Start-up: the median wall time of a bare interpreter, `import tabulate`, and the installed
    `estimate-b300` with the default tables and with --format json, interleaved round by round
    so that machine noise hits every command alike; then their ratios.
 2. Sweeps: a 100,000-point `--sweep native_engine.overhead_cut=...` (800,000 scenarios) in each
    format, its wall time and its peak resident memory (the child's own, from wait4); then, in
-   process over 20,000 points, where a JSON point's time goes.
+   process over 20,000 points, where a JSON point's time goes. With `--against DIR`, each run is
+   paired with the same run of DIR/estimate_b300.py on DIR/calibration.json (another checkout),
+   run just before it, and their ratio is printed.
 3. Fits, in process: measurements made by the model at known values with 1% noise, fitted from
    the shipped values: 5 values to 50 measurements (the least squares alone, then with
    leave-one-out), and 2 and 5 values to 100 measurements with leave-one-out.
@@ -56,20 +58,29 @@ def startup(exe: Path, rounds: int) -> None:
     print(f"--format json / bare python:      {as_json:.2f}x")
 
 
-def sweeps(exe: Path) -> None:
+def sweeps(exe: Path, against: Path | None) -> None:
     points = 100_000
     step = 0.9 / points
-    sweep = f"native_engine.overhead_cut=0:{0.9 - step / 2}:{step}"
+    sweep = ["--sweep", f"native_engine.overhead_cut=0:{0.9 - step / 2}:{step}"]
+    other = [sys.executable, str(against / "estimate_b300.py"), "--calibration", str(against / "calibration.json")]
     for fmt in ("json", "csv", "table", "markdown"):
-        start = time.perf_counter()
-        with open(os.devnull, "w") as devnull:
-            child = subprocess.Popen([str(exe), "--sweep", sweep, "--format", fmt], stdout=devnull)
-            _, status, usage = os.wait4(child.pid, 0)
-        seconds = time.perf_counter() - start
-        peak_mb = usage.ru_maxrss / 1024  # KiB on Linux
-        assert os.waitstatus_to_exitcode(status) == 0, fmt
-        print(f"sweep of {points:,} points, --format {fmt:8s}: {seconds:5.1f} s, peak {peak_mb:5.0f} MB")
+        if against:
+            before, before_mb = timed([*other, *sweep, "--format", fmt])
+            print(f"{against}: {before:5.1f} s, peak {before_mb:5.0f} MB")
+        seconds, peak_mb = timed([str(exe), *sweep, "--format", fmt])
+        ratio = f" ({seconds / before:.2f}x the time, {peak_mb / before_mb:.2f}x the memory)" if against else ""
+        print(f"sweep of {points:,} points, --format {fmt:8s}: {seconds:5.1f} s, peak {peak_mb:5.0f} MB{ratio}")
     sweep_split(20_000)
+
+
+def timed(command: list[str]) -> tuple[float, float]:
+    """A command's wall time in seconds and its peak resident memory in MB (the child's own, from wait4)."""
+    start = time.perf_counter()
+    with open(os.devnull, "w") as devnull:
+        child = subprocess.Popen(command, stdout=devnull)
+        _, status, usage = os.wait4(child.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, command
+    return time.perf_counter() - start, usage.ru_maxrss / 1024  # KiB on Linux
 
 
 def sweep_split(points: int) -> None:
@@ -165,6 +176,7 @@ def fits() -> None:
 def main(argv: list[str]) -> int:
     rounds = int(next((a for a in argv if a.isdigit()), "40"))
     only = argv[argv.index("--only") + 1] if "--only" in argv else None
+    against = Path(argv[argv.index("--against") + 1]).resolve() if "--against" in argv else None
     exe = Path(sysconfig.get_path("scripts")) / "estimate-b300"
     if only in (None, "startup", "sweeps") and not exe.exists():
         print(f"{exe} not found: run `pip install .` into this environment first", file=sys.stderr)
@@ -172,7 +184,7 @@ def main(argv: list[str]) -> int:
     if only in (None, "startup"):
         startup(exe, rounds)
     if only in (None, "sweeps"):
-        sweeps(exe)
+        sweeps(exe, against)
     if only in (None, "fit"):
         fits()
     return 0

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,15 @@ def test_a_failing_stderr_changes_nothing_else(redirect: str) -> None:
     assert warned.code == 0 and json.loads(warned.out)["warnings"]
 
 
+def test_an_output_encoding_that_cannot_write_text() -> None:
+    """Python's idna codec takes no line of more than 63 letters between dots: one line on stderr, in ASCII."""
+    run = run_script(env={"PYTHONIOENCODING": "idna"})
+    assert run.code == 1 and run.err.count("\n") == 1 and "Traceback" not in run.err
+    assert run.err.startswith("estimate_b300: cannot write the output in the encoding idna (")
+    assert run.err.endswith("expected an encoding of text such as utf-8 (PYTHONIOENCODING)\n")
+    assert_clean_error(run_script("--bogus", env={"PYTHONIOENCODING": "idna"}), "unrecognized arguments: --bogus")
+
+
 def test_an_output_encoding_that_cannot_draw_the_table_format() -> None:
     run = run_script("--tablefmt", "fancy_grid", env={"PYTHONIOENCODING": "ascii"})
     assert_clean_error(run, "--tablefmt fancy_grid draws with characters", "(ascii)")
@@ -199,6 +209,31 @@ def test_a_pipe_with_no_writer_reads_as_empty(capsys: pytest.CaptureFixture[str]
     fifo = tmp_path / "cal.fifo"
     os.mkfifo(fifo)
     assert_clean_error(run_main(capsys, "--calibration", str(fifo)), "is empty")
+
+
+def test_a_pipe_whose_writer_never_finishes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer holds the pipe open and sends a little, then nothing: an error once the wait is up, not a hang."""
+    monkeypatch.setattr(eb, "MAX_READ_SECONDS", 0.3)
+    fifo = tmp_path / "cal.fifo"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # a writer that stays, without blocking this test
+    try:
+        os.write(writer, b'{"schema_version": ')
+        start = time.perf_counter()
+        run = run_main(capsys, "--calibration", str(fifo))
+        assert 0.3 <= time.perf_counter() - start < 2
+    finally:
+        os.close(writer)
+    assert_clean_error(run, "cal.fifo: did not end within 0.3 s; expected a file, or a pipe whose writer finishes")
+
+
+def test_a_pipe_that_ends_is_read_whole(tmp_path: Path) -> None:
+    """`cat calibration.json | estimate-b300 --calibration /dev/stdin`, its first bytes late."""
+    run = shell(f"(sleep 0.5; cat {DEFAULT_CALIBRATION}) | TOOL --calibration /dev/stdin --format json", cwd=tmp_path)
+    assert run.code == 0, run.err
+    assert json.loads(run.out)["provenance"]["calibration_sha256"] == eb.read_document(str(DEFAULT_CALIBRATION))[1]
 
 
 def test_a_key_given_twice(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
@@ -346,6 +381,34 @@ def test_the_longest_texts_everywhere_stay_quick(capsys: pytest.CaptureFixture[s
 
 
 # --- Nothing absurd without a word -------------------------------------------------------------
+
+
+def test_many_cases_of_one_warning_are_one_line(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    """Found by an attack: a 1,000-point curve faster than the bandwidth allows gave 998 warning lines."""
+    doc = default_doc()
+    doc["moe_curve"]["points"] = [{"m": m, "ms": 0.1 * m, "basis": "measured"} for m in range(1, 1001)]
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--format", "json")
+    assert run.code == 0
+    (line,) = run.err.splitlines()
+    impossible = [p for p in run.json()["roofline"]["points"] if p["efficiency"] > 1]
+    assert len(impossible) > 300
+    assert line.startswith(f"estimate_b300: warning: moe_curve.points: M = {impossible[0]['m']} (measured, ")
+    assert line.endswith(f"(and {len(impossible) - 1} more points like it)")
+
+
+def test_a_whole_number_past_float_precision_prints_short(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    """Found by an attack: a curve point's time of 10^300, as an integer, printed 301 digits in Markdown."""
+    doc = default_doc()
+    doc["moe_curve"]["points"][2:] = [{"m": 33, "ms": 24.45, "basis": "measured"},
+                                      {"m": 10**6, "ms": 10**300, "basis": "assumed"}]  # fmt: skip
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--format", "markdown", "--all")
+    assert run.code == 0
+    assert '"ms": 1e+300, "basis": "assumed"}' in run.out
+    assert not re.search(r"\d{30}", run.out)
 
 
 def test_a_curve_that_falls_with_m_warns(capsys: pytest.CaptureFixture[str]) -> None:

@@ -261,6 +261,20 @@ def test_sensitivity_without_a_ranges_section_is_a_clear_error(
     assert_clean_error(run_main(capsys, "--calibration", path, "--sensitivity"), "ranges: missing", "--sensitivity")
 
 
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json", "csv"])
+@pytest.mark.parametrize("ranges", ["ranges={}", 'ranges={"source": "none yet"}'])
+def test_sensitivity_over_a_ranges_section_that_lists_none_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], ranges: str, fmt: str
+) -> None:
+    """Found by an attack: a table of no rows was a traceback from tabulate."""
+    assert run_main(capsys, "--set", ranges, "--format", fmt).code == 0  # the headline has no band, and says so
+    run = run_main(capsys, "--set", ranges, "--sensitivity", "--format", fmt)
+    if fmt == "csv":  # CSV refuses --sensitivity before it reads the ranges
+        assert run.code == 2
+    else:
+        assert_clean_error(run, "ranges: lists no range; --sensitivity varies the assumptions listed there")
+
+
 def test_relative_range_follows_the_value_in_force(capsys: pytest.CaptureFixture[str]) -> None:
     sens = run_main(capsys, "--set", "anchors.ar_tok_s=140", "--sensitivity", "--format", "json").json()
     row = next(r for r in sens["sensitivity"]["rows"] if r["path"] == "anchors.ar_tok_s")
