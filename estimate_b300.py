@@ -26,6 +26,7 @@ the fit and solving, warnings); one run's report; rendering; the command line.
 """
 
 import argparse
+import bisect
 import contextlib
 import functools
 import hashlib
@@ -117,9 +118,21 @@ class CurvePoint(NamedTuple):
     position: int  # its place in the file: moe_curve.points[position]
 
 
+class CurvePoints(tuple[CurvePoint, ...]):
+    """A curve's points, sorted by m, hashed once: the model's caches hash the curve at every call, and it may
+    have 1,000 points."""
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 class MoeCurve(NamedTuple):
     tp: int
-    points: tuple[CurvePoint, ...]  # sorted by m, at least two
+    points: CurvePoints  # at least two
     fit: str  # one of CURVE_FITS: how MoE(M) is read from the points
 
 
@@ -362,11 +375,12 @@ def curve_at(curve: MoeCurve, model: ModelGeometry | None, m: int) -> Figure:
     if curve.fit == "experts" and model:
         fit, distinct = fit_experts(curve.points, model), distinct_experts(model, m)
         return derive(f"curve({m})", f"t0 + t_expert * {distinct.name}", "ms", fit.t0, fit.t_expert, distinct)
-    point = next((p for p in curve.points if p.m == m), None)
-    if point:
-        return point_figure(point)
-    above = max(next((i for i, p in enumerate(curve.points) if p.m >= m), len(curve.points) - 1), 1)
-    lo, hi = curve.points[above - 1], curve.points[above]  # its own segment inside, the nearest end one outside
+    points = curve.points
+    at_or_above = bisect.bisect_left(points, m, key=operator.attrgetter("m"))
+    if at_or_above < len(points) and points[at_or_above].m == m:
+        return point_figure(points[at_or_above])
+    above = min(max(at_or_above, 1), len(points) - 1)
+    lo, hi = points[above - 1], points[above]  # its own segment inside, the nearest end one outside
     formula = f"curve({lo.m}) + ({m} - {lo.m}) * (curve({hi.m}) - curve({lo.m})) / ({hi.m} - {lo.m})"
     return derive(f"curve({m})", formula, "ms", point_figure(lo), point_figure(hi))
 
@@ -734,7 +748,7 @@ class ExpertsFit(NamedTuple):
 
 
 @functools.lru_cache(maxsize=64)
-def fit_experts(points: tuple[CurvePoint, ...], model: ModelGeometry) -> ExpertsFit:
+def fit_experts(points: CurvePoints, model: ModelGeometry) -> ExpertsFit:
     """Ordinary least squares over every curve point.
 
     Distinct experts flatten as a batch touches nearly all of them, so this reads
@@ -1065,7 +1079,7 @@ def _read_curve(curve: _Reader) -> MoeCurve:
         points.append(point)
     fit = curve.string("fit", CURVE_FITS, "linear")
     curve.finish()
-    return MoeCurve(tp, tuple(sorted(points)), fit)
+    return MoeCurve(tp, CurvePoints(sorted(points)), fit)
 
 
 def _read_point(curve: _Reader, position: int, item: object) -> CurvePoint:
@@ -1077,13 +1091,11 @@ def _read_point(curve: _Reader, position: int, item: object) -> CurvePoint:
 
 def _reread_times(curve: _Reader, before: MoeCurve, positions: set[int]) -> MoeCurve:
     """`before` with some points read again where only their `ms` changed: each keeps its M, so its place."""
-    import bisect
-
     items, points = curve.items("points", fewest=2, most=MAX_ITEMS["points"]), list(before.points)
     for i in positions:
         point = _read_point(curve, i, items[i])
         points[bisect.bisect_left(points, point.m, key=lambda p: p.m)] = point
-    return before._replace(points=tuple(points))
+    return before._replace(points=CurvePoints(points))
 
 
 def _read_anchors(anchors: _Reader) -> Anchors:
