@@ -698,6 +698,7 @@ def predict(m: Measurement, tree: tuple[Drafter | None, Figure]) -> Figure:
 # --- The physical cross-check: the bytes the MoE must read ---
 
 
+@functools.lru_cache(maxsize=2048)  # the experts fit reads it at every point of the curve, at every refit
 def distinct_experts(model: ModelGeometry, m: int) -> Figure:
     """Expected distinct routed experts one MoE layer touches for M tokens, under uniform routing.
 

@@ -262,12 +262,16 @@ def test_lists_have_a_limit(
     assert_clean_error(run_main(capsys, "--calibration", str(write_calibration(mutated(edit)))), fragment)
 
 
+@pytest.mark.parametrize("fit", ["linear", "experts"])
 def test_sensitivity_at_the_largest_curve_and_the_most_ranges(
-    capsys: pytest.CaptureFixture[str], write_calibration: Any
+    capsys: pytest.CaptureFixture[str], write_calibration: Any, fit: str
 ) -> None:
-    """1,024 corners over a curve of 1,000 points: each re-reads only the points it changes (it took 11 s)."""
+    """1,024 corners over a curve of 1,000 points: each re-reads only the points it changes (it took 11 s), and
+    the experts fit of a curve the corners change counts the distinct experts at each M once."""
     doc = default_doc()
-    doc["moe_curve"]["points"] = [{"m": m, "ms": 1 + 0.7 * m} for m in range(1, 1001)]
+    distinct = [384 * (1 - (1 - 8 / 384) ** m) for m in range(1, 1001)]  # as uniform routing gives for Kimi K2
+    doc["moe_curve"]["points"] = [{"m": m, "ms": 0.5 + 0.25 * d} for m, d in enumerate(distinct, 1)]
+    doc["moe_curve"]["fit"] = fit
     doc["ranges"].update({f"moe_curve.points[{i}].ms": {"relative": 0.05, "source": "x"} for i in (3, 8, 31, 32)})
     start = time.perf_counter()
     run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity", "--format", "json")
