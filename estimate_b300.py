@@ -1095,7 +1095,7 @@ def _reread_times(curve: _Reader, before: MoeCurve, positions: set[int]) -> MoeC
     items, points = curve.items("points", fewest=2, most=MAX_ITEMS["points"]), list(before.points)
     for i in positions:
         point = _read_point(curve, i, items[i])
-        points[bisect.bisect_left(points, point.m, key=lambda p: p.m)] = point
+        points[bisect.bisect_left(points, point.m, key=operator.attrgetter("m"))] = point
     return before._replace(points=CurvePoints(points))
 
 
@@ -2234,6 +2234,10 @@ def log_measured(
 # --- Warnings: inputs that ask more than the hardware can give ---
 
 
+MORE_CASES = {"curve": "places where it falls", "peak": "points like it", "floor": "scenarios like it",
+              "sglang": "measurements like it"}  # fmt: skip
+
+
 def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[str, str]]:
     """Inputs that contradict themselves or ask more than the hardware can give: (kind, message) pairs.
 
@@ -2276,10 +2280,6 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
         cases.setdefault(kind, []).append(message)
     return [(kind, first + (f" (and {len(more)} more {MORE_CASES[kind]})" if more else ""))
             for kind, (first, *more) in cases.items()]  # fmt: skip
-
-
-MORE_CASES = {"curve": "places where it falls", "peak": "points like it", "floor": "scenarios like it",
-              "sglang": "measurements like it"}  # fmt: skip
 
 
 # === One run: everything the options ask for, computed once ===
@@ -3346,11 +3346,10 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     shown: dict[tuple[str, str, float], str] = {}  # each figure once (it may be computed again), by where it is
     for (heading, _), figures in zip(blocks, derived, strict=True):
         new = {key: f for f in figures if f.inputs and (key := (f.name, f.formula, f.value)) not in shown}
-        earlier = {  # what the new figures read from a block above, but for the calibration's, which all read
-            key: f"  {i.name} = {figure_text(i)}, from {shown[key]}"
-            for f in new.values() for i in f.inputs if shown.get(key := (i.name, i.formula, i.value), "Calibration")
-            != "Calibration"
-        }  # fmt: skip
+        earlier = {}  # what the new figures read from a block above; every block reads the calibration's
+        for i in (i for f in new.values() for i in f.inputs):
+            if (block := shown.get(key := (i.name, i.formula, i.value))) not in (None, "Calibration"):
+                earlier[key] = f"  {i.name} = {figure_text(i)}, from {block}"
         out += ["", heading, *earlier.values(), *map(explain_line, new.values())] if new else []
         shown.update(dict.fromkeys(new, heading.partition(" (")[0]))
     if report.track_record:
@@ -3617,7 +3616,7 @@ def emit(chunks: Iterable[str]) -> int:
     except BrokenPipeError:  # `estimate-b300 | head`: the reader left, which is not an error
         _silence(1)
         return 0
-    except UnicodeError as exc:  # PYTHONIOENCODING=idna takes neither a line of 64 letters nor a box character
+    except UnicodeError as exc:  # an encoding that cannot write the text (PYTHONIOENCODING=idna)
         _silence(1)
         say(
             f"estimate_b300: cannot write the output in the encoding {_stdout_encoding()} ({exc}); expected an "
