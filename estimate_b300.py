@@ -813,17 +813,16 @@ def roofline(cal: Calibration) -> tuple[RooflinePoint, ...] | None:
 
 @functools.lru_cache(maxsize=64)
 def _roofline(hardware: Hardware, model: ModelGeometry, curve: MoeCurve) -> tuple[RooflinePoint, ...]:
-    rows = []
-    for p in curve.points:
-        read = moe_gb_per_gpu(model, curve.tp, p.m)
-        peak = derive(f"peak read({p.m})", f"{read.name} / reference bandwidth", "ms", read, _bandwidths(hardware)[1])
-        efficiency = derive(f"efficiency({p.m})", f"peak read({p.m}) / curve({p.m})", "%", peak, point_figure(p))
-        distinct = read.inputs[1].value
-        figures = tuple(derivation(efficiency))
-        rows.append(
-            RooflinePoint(p.m, p.ms, p.basis, distinct, read.value * 1e9, peak.value, efficiency.value, figures)
-        )
-    return tuple(rows)
+    return tuple(_roofline_point(hardware, model, curve.tp, p) for p in curve.points)
+
+
+@functools.lru_cache(maxsize=2048)  # a sweep of one point's time reads the other 999 again
+def _roofline_point(hardware: Hardware, model: ModelGeometry, tp: int, p: CurvePoint) -> RooflinePoint:
+    read = moe_gb_per_gpu(model, tp, p.m)
+    peak = derive(f"peak read({p.m})", f"{read.name} / reference bandwidth", "ms", read, _bandwidths(hardware)[1])
+    efficiency = derive(f"efficiency({p.m})", f"peak read({p.m}) / curve({p.m})", "%", peak, point_figure(p))
+    distinct, figures = read.inputs[1].value, tuple(derivation(efficiency))
+    return RooflinePoint(p.m, p.ms, p.basis, distinct, read.value * 1e9, peak.value, efficiency.value, figures)
 
 
 class Estimate(NamedTuple):
@@ -1348,7 +1347,9 @@ def _read_bounded(fd: int) -> bytes:
         except BlockingIOError:  # a pipe or terminal with nothing to read yet
             import select
 
-            if not select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0]:
+            waiting = select.poll()  # not select.select, which takes no descriptor past 1023
+            waiting.register(fd, select.POLLIN)
+            if not waiting.poll(max(deadline - time.monotonic(), 0) * 1000):
                 raise CalibrationError(
                     "", f"did not end within {MAX_READ_SECONDS} s; expected a file, or a pipe whose writer finishes"
                 ) from None
@@ -2435,12 +2436,12 @@ def _value_text(value: object) -> str:
 
 
 def _json_text(value: object) -> str:
-    """JSON, but for a whole number past 15 digits, which takes 6: 10^300 is 1e+300, not 301 digits."""
+    """JSON, but for a whole number of 16 digits or more, which takes 6: 10^300 is 1e+300, not 301 digits."""
     if isinstance(value, list):
         return f"[{', '.join(map(_json_text, value))}]"
     if isinstance(value, dict):
         return f"{{{', '.join(f'{json.dumps(k)}: {_json_text(v)}' for k, v in value.items())}}}"
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
         import decimal
 
         return f"{decimal.Decimal(value).normalize(decimal.Context(prec=6)):g}"
@@ -3304,20 +3305,21 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     est = report.estimate
     dec, cal = est.decomposition, est.calibration
     parts = [dec.bandwidth_ratio, dec.ar_step, dec.moe_ar.time, dec.attn_base, dec.ddtree_step, dec.moe_ddtree.time]
-    blocks: list[tuple[str, Sequence[Figure]]] = [("Calibration", [*parts, dec.spec, *dec.shares.values()])]
+    # each block: its name (what a later block that reads its figures calls it), the rest of its heading, its figures
+    blocks: list[tuple[str, str, Sequence[Figure]]] = [("Calibration", "", [*parts, dec.spec, *dec.shares.values()])]
     for row in est.scenarios:
-        where = f"{PIPELINE_LABELS[row.pipeline]}; block {row.block}, budget {row.budget}, M = {row.m}"
-        blocks.append((f"Scenario {row.label} ({where})", list(row.figures.values())))
+        where = f" ({PIPELINE_LABELS[row.pipeline]}; block {row.block}, budget {row.budget}, M = {row.m})"
+        blocks.append((f"Scenario {row.label}", where, list(row.figures.values())))
     versus = {"current": "the current drafter", "autoregressive": "autoregressive decoding"}
     for b in est.break_even:
         reach = "" if b.reason is None else f"; not reachable: {b.reason}"
-        blocks.append((f"Break-even, {PIPELINE_LABELS[b.pipeline]} versus {versus[b.versus]}{reach}", b.figures))
+        blocks.append((f"Break-even, {PIPELINE_LABELS[b.pipeline]} versus {versus[b.versus]}", reach, b.figures))
     if est.roofline:
-        blocks.append(("Physical cross-check (uniform routing)", [f for p in est.roofline for f in p.figures]))
+        blocks.append(("Physical cross-check", " (uniform routing)", [f for p in est.roofline for f in p.figures]))
     for p in report.track_record:
         m = p.measurement
-        blocks.append((f"Measurement {m.label} ({m.origin}): {m.tok_s:g} tok/s measured", [p.figure]))
-    derived = [derivation(*figures) for _, figures in blocks]
+        blocks.append((f"Measurement {m.label} ({m.origin})", f": {m.tok_s:g} tok/s measured", [p.figure]))
+    derived = [derivation(*figures) for *_, figures in blocks]
 
     out = [
         _header_line(report),
@@ -3344,14 +3346,14 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out.append(f"  t0 = {fit.t0.value:.4g} ms, t_expert = {fit.t_expert.value:.4g} ms per distinct expert")
         out += [f"  residual({m}) = curve({m}) - fit({m}) = {r:+.3f} ms" for m, r in fit.residuals_ms]
     shown: dict[tuple[str, str, float], str] = {}  # each figure once (it may be computed again), by where it is
-    for (heading, _), figures in zip(blocks, derived, strict=True):
+    for (name, rest, _), figures in zip(blocks, derived, strict=True):
         new = {key: f for f in figures if f.inputs and (key := (f.name, f.formula, f.value)) not in shown}
         earlier = {}  # what the new figures read from a block above; every block reads the calibration's
         for i in (i for f in new.values() for i in f.inputs):
             if (block := shown.get(key := (i.name, i.formula, i.value))) not in (None, "Calibration"):
                 earlier[key] = f"  {i.name} = {figure_text(i)}, from {block}"
-        out += ["", heading, *earlier.values(), *map(explain_line, new.values())] if new else []
-        shown.update(dict.fromkeys(new, heading.partition(" (")[0]))
+        out += ["", name + rest, *earlier.values(), *map(explain_line, new.values())] if new else []
+        shown.update(dict.fromkeys(new, name))
     if report.track_record:
         out += ["", "Track record: error = predicted / measured - 1"]
         out += [

@@ -7,10 +7,11 @@ import hashlib
 import io
 import itertools
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import DEFAULT_CALIBRATION, GOLDEN, default_estimate, flat, run_main, run_script
+from conftest import DEFAULT_CALIBRATION, GOLDEN, default_doc, default_estimate, flat, run_main, run_script
 
 import estimate_b300 as eb
 
@@ -298,19 +299,30 @@ def test_explain_shows_each_figure_once(capsys: pytest.CaptureFixture[str], args
     assert out.count("bandwidth ratio = target bandwidth / reference bandwidth") == 1
 
 
-def test_explain_names_where_a_block_reads_a_figure_from(capsys: pytest.CaptureFixture[str]) -> None:
-    """A block that reads a figure computed under another scenario names it, its value and that block,
-    and the block named computes it: the step of stronger/native@14 is stronger/native@12's."""
-    out = run_main(capsys, "--explain").out
-    blocks = {block.splitlines()[0].partition(" (")[0]: block for block in out.split("\n\n")}
-    at_14 = blocks["Scenario stronger/native@14"].splitlines()
-    assert at_14[1] == "  step = 14.73 ms, from Scenario stronger/native@12"
-    references = [line for line in out.splitlines() if ", from " in line]
-    assert len(references) >= 10
-    for line in references:
-        name, _, rest = line.strip().partition(" = ")
-        value, _, where = rest.partition(", from ")
-        assert f"\n  {name} = " in blocks[where] and blocks[where].split(f"\n  {name} = ")[1].split("\n")[0].endswith(
-            f" = {value}"
-        ), line
-    assert not any(", from Calibration" in line for line in references)  # every block reads the calibration's
+def test_explain_names_where_a_block_reads_a_figure_from(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[[object], Path]
+) -> None:
+    """A block that reads a figure worked out under an earlier block names it, its value and that block, which
+    shows it: the step of stronger/native@14 is stronger/native@12's. Measurements of one tree share a step;
+    a label with " (" in it named the wrong block (found by an attack)."""
+    doc = default_doc()
+    tree = {"drafter": "stronger", "pipeline": "native", "budget": 16}
+    doc["measurements"] = [{**tree, "label": "x (y)", "accept": 10, "tok_s": 700}, {**tree, "accept": 11, "tok_s": 750},
+                           {**tree, "label": "x", "accept": 12, "tok_s": 780}]  # fmt: skip
+    for args in ([], ["--calibration", str(write_calibration(doc))]):
+        blocks = run_main(capsys, "--explain", *args).out.split("\n\n")
+        at_14 = next(b for b in blocks if b.startswith("Scenario stronger/native@14"))
+        assert at_14.splitlines()[1] == "  step = 14.73 ms, from Scenario stronger/native@12"
+        references = 0
+        for i, block in enumerate(blocks):
+            for line in (line for line in block.splitlines() if ", from " in line):
+                references += 1
+                figure, _, where = line.strip().partition(", from ")
+                name, _, value = figure.partition(" = ")
+                named = [b for b in blocks[:i] if b.startswith((f"{where} (", f"{where}:", f"{where}\n"))]
+                assert len(named) == 1, line
+                shown = named[0].splitlines()
+                assert any(row.startswith(f"  {name} = ") and row.endswith(f" = {value}") for row in shown), line
+                assert where != "Calibration"  # every block reads the calibration's
+        assert references >= 10
+    assert "\n  step = 12.39 ms, from Measurement x (y) (measurements[0])\n" in "\n\n".join(blocks)
