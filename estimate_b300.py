@@ -280,10 +280,9 @@ def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
             name, f"{formula} with {values} gives {value:.4g}; expected a finite figure below {MAX_FIGURE:.0e}: "
             "inputs of sensible size"
         )  # fmt: skip
-    return _new_figure((name, value, unit, formula, inputs, ""))
+    return Figure(name, value, unit, formula, inputs)
 
 
-_new_figure = functools.partial(tuple.__new__, Figure)  # Figure(...) less its Python __new__: a sweep makes millions
 _COMPILED: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # formula text -> the function it spells
 
 
