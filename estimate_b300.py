@@ -480,6 +480,7 @@ def _drafters(dd: DdtreeAnchor, sd: StrongerDrafter) -> tuple[Drafter, Drafter]:
     )
 
 
+@functools.lru_cache(maxsize=64)  # a fit estimates the step of each tree it measured at every trial of the values
 def kept(engine: NativeEngine | None) -> Figure:
     """The share of the non-MoE time a pipeline keeps: all of it on SGLang (no engine), 1 - overhead_cut natively."""
     if engine is None:
@@ -672,8 +673,11 @@ def tree_shape(cal: Calibration, m: Measurement) -> tuple[int, int]:
 
 def measured_drafter(cal: Calibration, m: Measurement) -> Drafter:
     """The drafter a measurement ran: its drafter, with the block and budget the measurement gives."""
-    drafter = drafters(cal)[DRAFTERS.index(m.drafter or "current")]
-    block, budget = tree_shape(cal, m)
+    return _as_run(drafters(cal)[DRAFTERS.index(m.drafter or "current")], *tree_shape(cal, m))
+
+
+@functools.lru_cache(maxsize=256)  # at every trial of a fit, each tree again
+def _as_run(drafter: Drafter, block: int, budget: int) -> Drafter:
     return drafter._replace(block=block, budget=budget)
 
 
@@ -691,7 +695,12 @@ def predict(m: Measurement, tree: tuple[Drafter | None, Figure]) -> Figure:
     drafter, figure = tree
     if drafter is None:
         return figure
-    return throughput(given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept"), figure)
+    return throughput(_measured_accept(m), figure)
+
+
+@functools.lru_cache(maxsize=256)  # at every trial of a fit, each measurement again
+def _measured_accept(m: Measurement) -> Figure:
+    return given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept")
 
 
 # --- The physical cross-check: the bytes the MoE must read ---
