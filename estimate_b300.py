@@ -480,7 +480,7 @@ def _drafters(dd: DdtreeAnchor, sd: StrongerDrafter) -> tuple[Drafter, Drafter]:
     )
 
 
-@functools.lru_cache(maxsize=64)  # a fit estimates the step of each tree it measured at every trial of the values
+@functools.lru_cache(maxsize=64)  # one engine, every tree: a fit estimates each measured tree's step at every trial
 def kept(engine: NativeEngine | None) -> Figure:
     """The share of the non-MoE time a pipeline keeps: all of it on SGLang (no engine), 1 - overhead_cut natively."""
     if engine is None:
@@ -673,11 +673,8 @@ def tree_shape(cal: Calibration, m: Measurement) -> tuple[int, int]:
 
 def measured_drafter(cal: Calibration, m: Measurement) -> Drafter:
     """The drafter a measurement ran: its drafter, with the block and budget the measurement gives."""
-    return _as_run(drafters(cal)[DRAFTERS.index(m.drafter or "current")], *tree_shape(cal, m))
-
-
-@functools.lru_cache(maxsize=256)  # at every trial of a fit, each tree again
-def _as_run(drafter: Drafter, block: int, budget: int) -> Drafter:
+    drafter = drafters(cal)[DRAFTERS.index(m.drafter or "current")]
+    block, budget = tree_shape(cal, m)
     return drafter._replace(block=block, budget=budget)
 
 
@@ -695,12 +692,7 @@ def predict(m: Measurement, tree: tuple[Drafter | None, Figure]) -> Figure:
     drafter, figure = tree
     if drafter is None:
         return figure
-    return throughput(_measured_accept(m), figure)
-
-
-@functools.lru_cache(maxsize=256)  # at every trial of a fit, each measurement again
-def _measured_accept(m: Measurement) -> Figure:
-    return given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept")
+    return throughput(given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept"), figure)
 
 
 # --- The physical cross-check: the bytes the MoE must read ---
@@ -1348,19 +1340,23 @@ def read_document(path: str) -> tuple[object, str]:
 def _read_bounded(fd: int) -> bytes:
     """Up to MAX_FILE_BYTES + 1 bytes, to the end of the file or MAX_READ_SECONDS, whichever comes first."""
     chunks: list[bytes] = []
-    size, deadline = 0, time.monotonic() + MAX_READ_SECONDS
+    size, deadline, waiting = 0, time.monotonic() + MAX_READ_SECONDS, None
+    late = CalibrationError(
+        "", f"did not end within {MAX_READ_SECONDS} s; expected a file, or a pipe whose writer finishes"
+    )
     while size <= MAX_FILE_BYTES:
+        if time.monotonic() > deadline:  # a writer that trickles
+            raise late
         try:
             chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
         except BlockingIOError:  # a pipe or terminal with nothing to read yet
-            import select
+            if waiting is None:
+                import select
 
-            waiting = select.poll()  # not select.select, which takes no descriptor past 1023
-            waiting.register(fd, select.POLLIN)
+                waiting = select.poll()  # not select.select, which takes no descriptor past 1023
+                waiting.register(fd, select.POLLIN)
             if not waiting.poll(max(deadline - time.monotonic(), 0) * 1000):
-                raise CalibrationError(
-                    "", f"did not end within {MAX_READ_SECONDS} s; expected a file, or a pipe whose writer finishes"
-                ) from None
+                raise late from None
             continue
         if not chunk:
             break
@@ -2243,6 +2239,7 @@ def log_measured(
 # --- Warnings: inputs that ask more than the hardware can give ---
 
 
+# How a warning counts the cases after its first, by kind (the anchors' GPU can differ from the target only once).
 MORE_CASES = {"curve": "places where it falls", "peak": "points like it", "floor": "scenarios like it",
               "sglang": "measurements like it"}  # fmt: skip
 
@@ -3353,14 +3350,20 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out += ["", "Experts fit of the curve: least squares of curve(M) = t0 + t_expert * distinct(M)"]
         out.append(f"  t0 = {fit.t0.value:.4g} ms, t_expert = {fit.t_expert.value:.4g} ms per distinct expert")
         out += [f"  residual({m}) = curve({m}) - fit({m}) = {r:+.3f} ms" for m, r in fit.residuals_ms]
-    shown: dict[tuple[str, str, float], str] = {}  # each figure once (it may be computed again), by where it is
+    shown: dict[str, str] = {}  # each figure's line once (a figure may be computed again), and the block it is in
     for (name, rest, _), figures in zip(blocks, derived, strict=True):
-        new = {key: f for f in figures if f.inputs and (key := (f.name, f.formula, f.value)) not in shown}
-        earlier = {}  # what the new figures read from a block above; every block reads the calibration's
-        for i in (i for f in new.values() for i in f.inputs):
-            if (block := shown.get(key := (i.name, i.formula, i.value))) not in (None, "Calibration"):
-                earlier[key] = f"  {i.name} = {figure_text(i)}, from {block}"
-        out += ["", name + rest, *earlier.values(), *map(explain_line, new.values())] if new else []
+        new: dict[str, Figure] = {}
+        for f in figures:
+            if f.inputs and (line := explain_line(f)) not in shown:
+                new[line] = f
+        earlier: dict[
+            str, str
+        ] = {}  # what the new lines read from an earlier block; every block reads the calibration's
+        for f in new.values():
+            for i in f.inputs:
+                if i.inputs and shown.get(line := explain_line(i), "Calibration") != "Calibration":
+                    earlier[line] = f"  {i.name} = {figure_text(i)}, from {shown[line]}"
+        out += ["", name + rest, *earlier.values(), *new] if new else []
         shown.update(dict.fromkeys(new, name))
     if report.track_record:
         out += ["", "Track record: error = predicted / measured - 1"]

@@ -316,7 +316,7 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
     capsys: pytest.CaptureFixture[str], write_calibration: Any
 ) -> None:
     """100 measurements on 90 trees over a curve of 1,000 points: each prediction hashes the curve for the model's
-    caches, once per curve now (it took 6.2 s, 0.9 s after). A fit of 2 values with leave-one-out."""
+    caches, once per curve now (it took 5-6 s, under 1 s after). A fit of 2 values with leave-one-out."""
     doc = default_doc()
     doc["moe_curve"]["points"] = [{"m": m, "ms": 0.5 + 0.08 * m**0.8} for m in range(1, 1001)]
     doc.pop("sglang")
@@ -338,7 +338,7 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         capsys, "--calibration", str(write_calibration(doc)), "--fit", "native_engine.overhead_cut",
         "--fit", "stronger_drafter.spec_scale", "--format", "json",
     )  # fmt: skip
-    assert time.perf_counter() - start < 2.5
+    assert time.perf_counter() - start < 4.0
     assert run.code == 0, run.err
     assert len(run.json()["measurements"]) == 100
 

@@ -313,6 +313,7 @@ def test_explain_names_where_a_block_reads_a_figure_from(
         blocks = run_main(capsys, "--explain", *args).out.split("\n\n")
         at_14 = next(b for b in blocks if b.startswith("Scenario stronger/native@14"))
         assert at_14.splitlines()[1] == "  step = 14.73 ms, from Scenario stronger/native@12"
+        assert "\n  of ceiling = tok/s / ceiling = 950.4 / 3134.6 = 30.3%" in at_14  # as @12's in value, not in numbers
         references = 0
         for i, block in enumerate(blocks):
             for line in (line for line in block.splitlines() if ", from " in line):
