@@ -3356,9 +3356,8 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         for f in figures:
             if f.inputs and (line := explain_line(f)) not in shown:
                 new[line] = f
-        earlier: dict[
-            str, str
-        ] = {}  # what the new lines read from an earlier block; every block reads the calibration's
+        # what the new lines read from an earlier block; every block reads the calibration's, so those go unnamed
+        earlier: dict[str, str] = {}
         for f in new.values():
             for i in f.inputs:
                 if i.inputs and shown.get(line := explain_line(i), "Calibration") != "Calibration":

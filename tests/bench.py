@@ -62,14 +62,10 @@ def sweeps(exe: Path, against: Path | None) -> None:
     points = 100_000
     step = 0.9 / points
     sweep = ["--sweep", f"native_engine.overhead_cut=0:{0.9 - step / 2}:{step}"]
+    if against:
+        other = [sys.executable, str(against / "estimate_b300.py"), "--calibration", str(against / "calibration.json")]
     for fmt in ("json", "csv", "table", "markdown"):
         if against:
-            other = [
-                sys.executable,
-                str(against / "estimate_b300.py"),
-                "--calibration",
-                str(against / "calibration.json"),
-            ]
             before, before_mb = timed([*other, *sweep, "--format", fmt])
             print(f"{against}: {before:5.1f} s, peak {before_mb:5.0f} MB")
         seconds, peak_mb = timed([str(exe), *sweep, "--format", fmt])

@@ -267,7 +267,7 @@ def test_sensitivity_over_a_ranges_section_that_lists_none_is_a_clear_error(
     capsys: pytest.CaptureFixture[str], ranges: str, fmt: str
 ) -> None:
     """Found by an attack: a table of no rows was a traceback from tabulate."""
-    assert run_main(capsys, "--set", ranges, "--format", fmt).code == 0  # the headline has no band, and says so
+    assert run_main(capsys, "--set", ranges, "--format", fmt).code == 0  # without --sensitivity, only no band
     run = run_main(capsys, "--set", ranges, "--sensitivity", "--format", fmt)
     if fmt == "csv":  # CSV refuses --sensitivity before it reads the ranges
         assert run.code == 2
