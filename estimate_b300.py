@@ -38,8 +38,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple, NoReturn
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, NamedTuple, NoReturn, TypeVar
 
 __version__ = "1.0.0"
 
@@ -68,6 +68,7 @@ MAX_ARGUMENTS = 1000  # on the command line: 100 --measured and 8 --fit take 216
 MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values needs far fewer
 
 
+T = TypeVar("T")
 PathSegments = tuple[str | int, ...]  # a key path, split: ("moe_curve", "points", 1, "ms")
 
 
@@ -1017,6 +1018,8 @@ class _Reader:
         value = self.raw(key, expected, default)
         if not isinstance(value, str) or (choices and value not in choices):
             raise self.error(key, f"got {_describe(value)}; expected {expected}")
+        if key in self.data and not value.strip():  # before escaping: "\n" is no name either
+            raise self.error(key, "is blank; expected a text with at least one visible character")
         return printable(value)
 
     def items(self, key: str, fewest: int = 1, most: int = 1000) -> list[object]:
@@ -1104,11 +1107,9 @@ def _read_anchors(anchors: _Reader) -> Anchors:
     accept = dd.accept(dd.at("accept"), dd.raw("accept", "a number >= 1"), block, budget)
     ddtree = DdtreeAnchor(block, budget, accept, dd.number("tok_s"))
     dd.finish()
-    measured_on = anchors.raw("measured_on", "a GPU's name", None)
-    if measured_on is not None and not isinstance(measured_on, str):
-        raise anchors.error("measured_on", f"got {_describe(measured_on)}; expected a GPU's name")
+    measured_on = anchors.string("measured_on", default="") or None
     anchors.finish()
-    return Anchors(ar_tok_s, ddtree, None if measured_on is None else printable(measured_on))
+    return Anchors(ar_tok_s, ddtree, measured_on)
 
 
 def _read_sglang(section: _Reader | None) -> SglangPipeline | None:
@@ -1162,8 +1163,6 @@ def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
         tok_s = entry.number("tok_s", THROUGHPUT)
         default_label = f"AR/{pipeline}" if autoregressive else f"{drafter}/{pipeline}@{accept:g}"
         label = entry.string("label", default=default_label)
-        if not str(entry.data.get("label", default_label)).strip():  # before escaping: "\n" is no name either
-            raise entry.error("label", "is empty; expected a name for the measurement, or no label")
         entry.known |= dict.fromkeys(("block", "budget", "source"))  # for the hint that names an unknown key
         source = entry.data.get("source", "")
         entry.finish()
@@ -1583,6 +1582,8 @@ class ScenarioSpec(NamedTuple):
                 accept = float(number)
             if not math.isfinite(accept):
                 raise bad(f"@{accept_text}: expected an accept length, e.g. @14")
+            if accept < 1:  # here, where the text is as typed: @1e-400 is 0 by now
+                raise bad(f"@{accept_text}: got {_describe(number)}; expected a number >= 1")
         return ScenarioSpec(drafter, pipeline, accept)
 
 
@@ -1606,7 +1607,92 @@ def median_place(drafter: Drafter) -> int:
     return order[(len(order) - 1) // 2]
 
 
+# --- Work spread over the CPUs: large sweeps, and the leave-one-out refits of a large fit ---
+
+
+MAX_WORKERS = 8  # forked processes at most; more gain little, since one process writes the output
+
+
+def on_every_cpu(tasks: Sequence[Callable[[], T]], fewest: int = 2) -> Generator[T, None, None]:
+    """Each task's result, in order; with at least `fewest` tasks and more than one CPU, forked workers compute them.
+
+    Worker w of n does tasks w, w + n, ... and sends each result back pickled through its own pipe,
+    which keeps it at most one result ahead of the reader: memory stays flat. A task that a worker
+    does not send back (an error, a worker killed, no worker started) is done here, so it fails
+    here as it would alone.
+    """
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = min(len(tasks), cpus, MAX_WORKERS) if hasattr(os, "fork") and len(tasks) >= fewest else 1
+    if workers < 2:
+        yield from (task() for task in tasks)
+        return
+    import pickle
+    import signal
+
+    started: list[tuple[int, BinaryIO] | None] = []  # each worker's pid and the pipe it writes to
+    try:
+        for w in range(workers):
+            started.append(_start_worker(tasks[w::workers], started))
+        for i, task in enumerate(tasks):
+            worker = started[i % workers]
+            data = _received(worker[1]) if worker else None
+            yield task() if data is None else pickle.loads(data)
+    finally:
+        for pid, pipe in filter(None, started):
+            pipe.close()
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # a worker still at work is not needed any more
+                os.waitpid(pid, 0)
+
+
+def _start_worker(
+    tasks: Sequence[Callable[[], object]], started: Sequence[tuple[int, BinaryIO] | None]
+) -> tuple[int, BinaryIO] | None:
+    """Fork a worker for `tasks`: its pid and the pipe it sends their results through; None if it cannot."""
+    try:
+        fd_in, fd_out = os.pipe()
+    except OSError:  # no file descriptor left
+        return None
+    try:
+        pid = os.fork()
+    except OSError:  # no process left
+        os.close(fd_in)
+        os.close(fd_out)
+        return None
+    if pid == 0:  # the worker, which never returns; a task that fails ends it, and the parent does that task
+        with contextlib.suppress(BaseException):
+            os.close(fd_in)
+            for worker in filter(None, started):
+                worker[1].close()
+            _send_results(tasks, os.fdopen(fd_out, "wb"))
+        os._exit(0)  # not through the interpreter's exit, which would flush buffers that the parent holds too
+    os.close(fd_out)
+    return pid, os.fdopen(fd_in, "rb")
+
+
+def _send_results(tasks: Sequence[Callable[[], object]], out: BinaryIO) -> None:
+    """A worker's loop: each task's result pickled, its size first."""
+    import pickle
+
+    for task in tasks:
+        data = pickle.dumps(task(), pickle.HIGHEST_PROTOCOL)
+        out.write(len(data).to_bytes(8, "little"))
+        out.write(data)
+        out.flush()
+
+
+def _received(pipe: BinaryIO) -> bytes | None:
+    """The next result a worker sent, or None when it stopped short of it."""
+    head = pipe.read(8)
+    size = int.from_bytes(head, "little")
+    data = pipe.read(size)
+    return data if len(head) == 8 and len(data) == size else None
+
+
 # --- Sweeps ---
+
+
+SWEEP_CHUNK = 1000  # points a worker estimates at a time: a 3 MB piece of JSON
 
 
 class Sweep(NamedTuple):
@@ -1688,10 +1774,12 @@ class SweepPlan(NamedTuple):
     warnings: tuple[str, ...] = ()  # over every point, each kind once with the number of points it holds at
     extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
 
-    def points(self) -> Iterator[SweepPoint]:
-        """Every combination of the sweeps' values, the first sweep outermost, estimated one at a time."""
+    def points(self, start: int = 0, stop: int | None = None) -> Iterator[SweepPoint]:
+        """The combinations of the sweeps' values from `start` to `stop`, the first sweep outermost,
+        estimated one at a time."""
         names = [format_path(s.path) for s in self.sweeps]
-        for combo in itertools.product(*(s.values for s in self.sweeps)):
+        combos = itertools.islice(itertools.product(*(s.values for s in self.sweeps)), start, stop)
+        for combo in combos:
             values = tuple(zip(names, combo, strict=True))
             try:
                 point = recalibrate(
@@ -1701,6 +1789,11 @@ class SweepPlan(NamedTuple):
             except CalibrationError as exc:
                 exc.file = f"{self.label} at --sweep {_point_text(values)}"
                 raise
+
+    def in_chunks(self, work: Callable[[Iterator[SweepPoint], int], T]) -> Iterator[T]:
+        """work(points, index of the first), chunk by chunk in order, on every CPU (see on_every_cpu)."""
+        starts = range(0, self.size, SWEEP_CHUNK)
+        return on_every_cpu([functools.partial(work, self.points(i, i + SWEEP_CHUNK), i) for i in starts])
 
 
 def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str) -> SweepPlan:
@@ -1713,13 +1806,25 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
     plan = SweepPlan(tuple(sweeps), doc, cal, label, count)
     seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
     extrapolated: set[int] = set()
-    for point in plan.points():
+    for found, ms in plan.in_chunks(_check_points):
+        for kind, (n, at, first) in found.items():
+            before, at, first = seen.get(kind, (0, at, first))
+            seen[kind] = (before + n, at, first)
+        extrapolated |= ms
+    warnings = [f"at {n} of {count} sweep points (the first at {at}): {first}" for n, at, first in seen.values()]
+    return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)))
+
+
+def _check_points(points: Iterator[SweepPoint], _: int) -> tuple[dict[str, tuple[int, str, str]], set[int]]:
+    """Some points' warnings (kind -> how many, the first point's values, its message) and extrapolated Ms."""
+    seen: dict[str, tuple[int, str, str]] = {}
+    extrapolated: set[int] = set()
+    for point in points:
         for kind, message in physical_warnings(point.calibration, point.scenarios):
             n, at, first = seen.get(kind, (0, _point_text(point.values), message))
             seen[kind] = (n + 1, at, first)
         extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
-    warnings = [f"at {n} of {count} sweep points (the first at {at}): {first}" for n, at, first in seen.values()]
-    return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)))
+    return seen, extrapolated
 
 
 def _point_text(values: Iterable[tuple[str, object]]) -> str:
@@ -1934,24 +2039,32 @@ def fit(
         r_full = residuals(values)
         assert r_full is not None  # the fit only moves to values where the calibration holds
         j_full = _jacobian(residuals, values, r_full, domains)
-        spent[0] = 0
-        for i, left_out in enumerate(measurements):
-            if spent[0] > MAX_LOO_PREDICTIONS:
-                warnings.append(
-                    f"{option}: leave-one-out stopped after {i} of {len(measurements)} refits, at its budget of "
-                    f"{MAX_LOO_PREDICTIONS:,} predictions; the rest are null"
-                )
-                break
+
+        def refit_without(i: int) -> tuple[float | None, int]:
+            """Measurement i's residual when the fit is made without it, and the predictions that took."""
+            spent[0] = 0
             rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
             columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
             try:
                 _check_identifiable(columns, values, names, rest, option)
             except CalibrationError:  # without it the values cannot be told apart: no refit
-                continue
+                return None, 0
             rest_residuals = functools.partial(residuals, among=rest)
             refit = _levenberg_marquardt(rest_residuals, values, r_rest, domains, columns, iterations=10)
-            r_out = residuals(refit, [left_out])
-            loo[i] = None if r_out is None else r_out[0]
+            r_out = residuals(refit, [measurements[i]])
+            return None if r_out is None else r_out[0], spent[0]
+
+        used = 0
+        tasks = [functools.partial(refit_without, i) for i in range(len(measurements))]
+        with contextlib.closing(on_every_cpu(tasks, fewest=32)) as refits:  # fewer take less than forking saves
+            for i, (residual, predicted) in enumerate(refits):
+                if used > MAX_LOO_PREDICTIONS:
+                    warnings.append(
+                        f"{option}: leave-one-out stopped after {i} of {len(measurements)} refits, at its budget "
+                        f"of {MAX_LOO_PREDICTIONS:,} predictions; the rest are null"
+                    )
+                    break
+                loo[i], used = residual, used + predicted
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
         FitValue(name, value, before, ranges.get(name))
@@ -3231,12 +3344,19 @@ def render_json(report: Report, style: Style) -> Iterator[str]:
         yield json.dumps(report_json(report), indent=2) + "\n"
         return
     yield json.dumps(report_json(report))[:-1] + ', "sweep": ['
+    yield from report.sweep.in_chunks(_json_points)
+    yield "]}\n"
+
+
+def _json_points(points: Iterable[SweepPoint], first: int) -> str:
+    """Sweep points as the items of a JSON list that has `first` items before them."""
     scenario = encoded_once(lambda row: json.dumps(_scenario_json(row)))
-    for i, point in enumerate(report.sweep.points()):
+    out = []
+    for i, point in enumerate(points, first):
         values = {name: printable(v) if isinstance(v, str) else v for name, v in point.values}  # as the loader shows it
         scenarios = ", ".join(map(scenario, point.scenarios))
-        yield f'{", " if i else ""}{{"values": {json.dumps(values)}, "scenarios": [{scenarios}]}}'
-    yield "]}\n"
+        out.append(f'{", " if i else ""}{{"values": {json.dumps(values)}, "scenarios": [{scenarios}]}}')
+    return "".join(out)
 
 
 def encoded_once(encode: Callable[[Scenario], str]) -> Callable[[Scenario], str]:
@@ -3257,31 +3377,18 @@ def encoded_once(encode: Callable[[Scenario], str]) -> Callable[[Scenario], str]
 
 def render_csv(report: Report, style: Style) -> Iterator[str]:
     """One row per scenario (per sweep point and scenario when sweeping) with provenance columns; nothing else."""
-    import csv
-    import io
-
     prov = report.provenance
     provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides)]
     found = [(report.solve.path, report.solve.value)] if report.solve else []  # a column, as a swept value is
     solved = tuple(found + [(v.path, v.value) for v in report.fit.values] if report.fit else found)
-    single = [SweepPoint(solved, report.estimate.calibration, report.estimate.scenarios)]
-    points = report.sweep.points() if report.sweep else single
     names = [format_path(s.path) for s in report.sweep.sweeps] if report.sweep else [name for name, _ in solved]
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-
-    def line(cells: Iterable[object]) -> str:
-        """One row as the writer quotes it, with its line end."""
-        out.seek(0)
-        out.truncate()
-        writer.writerow(cells)
-        return out.getvalue()
-
+    line = _csv_writer()
     yield line([*names, *SCENARIO_FIELDS, *Provenance._fields])
-    scenario = encoded_once(lambda row: line([*map(_csv_cell, row[: len(SCENARIO_FIELDS)]), *provenance]))
-    for point in points:
-        values = line([*(_csv_cell(v) for _, v in point.values), ""])[:-1] if point.values else ""  # "a,b,"
-        yield "".join(values + scenario(row) for row in point.scenarios)
+    rows = functools.partial(_csv_points, provenance=provenance)
+    if report.sweep:
+        yield from report.sweep.in_chunks(rows)
+    else:
+        yield rows([SweepPoint(solved, report.estimate.calibration, report.estimate.scenarios)], 0)
     if report.track_record:  # a second table after a blank line: the measurements, as JSON gives them
         fit = report.fit
         extra = ["predicted_before", "predicted_after", "residual", "loo_residual"] if fit else []
@@ -3290,6 +3397,34 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
         for i, p in enumerate(report.track_record):
             more = [fit.before[i].predicted_tok_s, p.predicted_tok_s, p.residual, fit.loo_residuals[i]] if fit else []
             yield line([*map(_csv_cell, [*_measurement_json(p).values(), *more]), *provenance])
+
+
+def _csv_writer() -> Callable[[Iterable[object]], str]:
+    """A function that gives one row as the csv module quotes it, with its line end."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+
+    def line(cells: Iterable[object]) -> str:
+        out.seek(0)
+        out.truncate()
+        writer.writerow(cells)
+        return out.getvalue()
+
+    return line
+
+
+def _csv_points(points: Iterable[SweepPoint], _: int, provenance: Sequence[str]) -> str:
+    """A row for each scenario of each point: the point's values, the scenario's fields, the provenance."""
+    line = _csv_writer()
+    scenario = encoded_once(lambda row: line([*map(_csv_cell, row[: len(SCENARIO_FIELDS)]), *provenance]))
+    out = []
+    for point in points:
+        values = line([*(_csv_cell(v) for _, v in point.values), ""])[:-1] if point.values else ""  # "a,b,"
+        out += [values + scenario(row) for row in point.scenarios]
+    return "".join(out)
 
 
 def _csv_cell(value: object) -> object:

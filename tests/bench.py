@@ -6,10 +6,11 @@
    `estimate-b300` with the default tables and with --format json, interleaved round by round
    so that machine noise hits every command alike; then their ratios.
 2. Sweeps: a 100,000-point `--sweep native_engine.overhead_cut=...` (800,000 scenarios) in each
-   format, its wall time and its peak resident memory (the child's own, from wait4); then, in
-   process over 20,000 points, where a JSON point's time goes. With `--against DIR`, each run is
-   paired with the same run of DIR/estimate_b300.py on DIR/calibration.json (another checkout),
-   run just before it, and their ratio is printed.
+   format, its wall time and its peak resident memory (from wait4: the largest of the process's
+   own and its workers'), on every CPU the machine gives and, under `taskset`, on one; then, in
+   process over 20,000 points, where a JSON point's time goes. With `--against DIR`, the same
+   run of DIR/estimate_b300.py on DIR/calibration.json (another checkout) follows. The runs of
+   one format go one right after the other, and each prints its ratio to the first.
 3. Fits, in process: measurements made by the model at known values with 1% noise, fitted from
    the shipped values: 5 values to 50 measurements (the least squares alone, then with
    leave-one-out), and 2 and 5 values to 100 measurements with leave-one-out.
@@ -24,6 +25,7 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,20 +64,26 @@ def sweeps(exe: Path, against: Path | None) -> None:
     points = 100_000
     step = 0.9 / points
     sweep = ["--sweep", f"native_engine.overhead_cut=0:{0.9 - step / 2}:{step}"]
+    runs = {f"on {len(os.sched_getaffinity(0))} CPUs": [str(exe)]}
+    if shutil.which("taskset"):  # the same run without workers
+        runs["on one CPU"] = ["taskset", "-c", str(min(os.sched_getaffinity(0))), str(exe)]
     if against:
-        other = [sys.executable, str(against / "estimate_b300.py"), "--calibration", str(against / "calibration.json")]
+        runs[str(against)] = [sys.executable, str(against / "estimate_b300.py"), "--calibration",
+                              str(against / "calibration.json")]  # fmt: skip
     for fmt in ("json", "csv", "table", "markdown"):
-        if against:
-            before, before_mb = timed([*other, *sweep, "--format", fmt])
-            print(f"{against}: {before:5.1f} s, peak {before_mb:5.0f} MB")
-        seconds, peak_mb = timed([str(exe), *sweep, "--format", fmt])
-        ratio = f" ({seconds / before:.2f}x the time, {peak_mb / before_mb:.2f}x the memory)" if against else ""
-        print(f"sweep of {points:,} points, --format {fmt:8s}: {seconds:5.1f} s, peak {peak_mb:5.0f} MB{ratio}")
+        first = None
+        for name, command in runs.items():  # one after the other, so that machine noise hits each alike
+            seconds, peak_mb = timed([*command, *sweep, "--format", fmt])
+            first = first or seconds
+            ratio = f" ({seconds / first:.2f}x the time of the first)" if seconds != first else ""
+            print(f"sweep of {points:,} points, --format {fmt:8s} {name}: {seconds:5.1f} s, peak {peak_mb:5.0f} MB"
+                  f"{ratio}")  # fmt: skip
     sweep_split(20_000)
 
 
 def timed(command: list[str]) -> tuple[float, float]:
-    """A command's wall time in seconds and its peak resident memory in MB (the child's own, from wait4)."""
+    """A command's wall time in seconds and its peak resident memory in MB: from wait4, the largest of the
+    child's own and its workers'."""
     start = time.perf_counter()
     with open(os.devnull, "w") as devnull:
         child = subprocess.Popen(command, stdout=devnull)

@@ -486,7 +486,7 @@ def test_smaller_holes_in_the_log(capsys: pytest.CaptureFixture[str], write_cali
     assert_clean_error(run, "measurements[0].bugdet: unknown key (did you mean measurements[0].budget?)")
     for blank in (" ", "\n", "\t\u2028"):  # blank before it is escaped: "\\n" would be no name either
         assert_clean_error(
-            run_with(capsys, write_calibration, with_log([{**entry, "label": blank}])), "label: is empty"
+            run_with(capsys, write_calibration, with_log([{**entry, "label": blank}])), "label: is blank"
         )
     assert_clean_error(run_main(capsys, "--measured", "current/native@=415"), "nothing after @")
     assert_clean_error(run_main(capsys, *["--measured", "ar/native=190"] * 600), "1,200 arguments; expected at most")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -363,6 +364,7 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--sweep", "moe_curve.points[\u0661].ms=1"], "bad index [\u0661]; expected [N]"),
         (["--set", f"moe_curve.points[{'9' * 5000}].ms=1"], "expected [N] with a whole number N"),
         (["--sweep", "ranges.anchors.ar_tok_s.relative=0.01,2"], "ranges.anchors.ar_tok_s.relative: got 2"),
+        (["--measured", "stronger/native@1e-400=500"], "--measured stronger/native@1e-400: @1e-400: got 0; expected"),
         (["--solve", "a..b", "--observed", "current/native=463"], "--solve a..b: a..b: expected a key path"),
         (["--solve", "stronger_drafter.spec_scale", "--observed", "current/native=463"], "does not depend on it"),
     ],
@@ -477,6 +479,14 @@ def test_a_whole_number_past_float_precision_prints_short(
     assert not re.search(r"\d{30}", run.out)
 
 
+@pytest.mark.parametrize("path", ["hardware.target.name", "hardware.reference.name", "anchors.measured_on"])
+@pytest.mark.parametrize("blank", ["", " \\t", "\\u2028"])
+def test_a_blank_name_is_refused(capsys: pytest.CaptureFixture[str], path: str, blank: str) -> None:
+    """A name that prints as nothing would leave "on " in every title; blank is judged before escaping."""
+    run = run_main(capsys, "--set", f'{path}="{blank}"')
+    assert_clean_error(run, f"{path}: is blank; expected a text with at least one visible character")
+
+
 def test_a_curve_that_falls_with_m_warns(capsys: pytest.CaptureFixture[str]) -> None:
     run = run_main(capsys, "--set", "moe_curve.points[2].ms=8", "--format", "json")
     assert run.code == 0
@@ -498,6 +508,109 @@ def test_sweeps_warn_as_set_does_once_per_kind(capsys: pytest.CaptureFixture[str
     floors = [line for line in run.err.splitlines() if "stronger/native@12: the estimated step" in line]
     assert len(floors) == 1
     assert "at 2 of 3 sweep points (the first at native_engine.overhead_cut=0.98)" in floors[0]
+
+
+# --- Large sweeps on every CPU ------------------------------------------------------------------
+
+
+def on_cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """Make the tool see n CPUs, so that a large sweep forks n workers (at most one per chunk), or none."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--sweep", "native_engine.overhead_cut=0:0.4998:0.0002", "--format", "json"],
+        ["--sweep", "native_engine.overhead_cut=0:0.4998:0.0002", "--format", "csv"],
+        ["--sweep", "stronger_drafter.budget=16:2600:1", "--format", "json"],  # a warning at every point past 32
+        ["--set", "moe_curve.points[2].ms=4", "--sweep", "native_engine.overhead_cut=0.9:0.99:0.00004"],  # warnings
+    ],
+)
+def test_a_large_sweep_gives_the_same_output_on_one_cpu_and_on_many(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """2,400-2,600 points: three chunks, done by two workers (the first does two), or one after another here."""
+    on_cpus(monkeypatch, 2)
+    many = run_main(capsys, *args)
+    on_cpus(monkeypatch, 1)
+    one = run_main(capsys, *args)
+    assert many.code == 0 and len(many.out) > 500_000
+    assert many == one
+    assert many.err.count("\n") == (3 if "--set" in args else 0)  # each warning once, over every chunk
+
+
+def test_a_bad_point_in_a_late_chunk_fails_as_it_would_alone(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 3,865 tok/s the AR step leaves no ATTN_BASE: point 3,766, in the fourth chunk, the second worker's."""
+    args = ["--sweep", "anchors.ar_tok_s=100:5000:1", "--format", "json"]
+    on_cpus(monkeypatch, 2)
+    many = run_main(capsys, *args)
+    assert_clean_error(many, "at --sweep anchors.ar_tok_s=3865: anchors.ar_tok_s: the measured anchors conflict")
+    on_cpus(monkeypatch, 1)
+    assert run_main(capsys, *args) == many
+
+
+def _worker_task(i: int, parent: int, fail: str) -> int:
+    """Task i: in a worker, every third one kills the worker or raises, as `fail` says; here, its number."""
+    if os.getpid() != parent and i % 3 == 1:
+        if fail == "kill":
+            os.kill(os.getpid(), 9)
+        raise eb.CalibrationError("x", f"task {i} failed in a worker")
+    return i
+
+
+@pytest.mark.parametrize("fail", ["kill", "raise"])
+def test_a_task_a_worker_does_not_finish_is_done_here(monkeypatch: pytest.MonkeyPatch, fail: str) -> None:
+    on_cpus(monkeypatch, 4)
+    tasks = [functools.partial(_worker_task, i, os.getpid(), fail) for i in range(20)]
+    assert list(eb.on_every_cpu(tasks)) == list(range(20))
+
+
+def no_worker_is_left() -> bool:
+    """Whether this process has no child left, running or not yet reaped."""
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_an_error_here_comes_after_the_results_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    on_cpus(monkeypatch, 2)
+    tasks = [functools.partial(_worker_task, i, -1, "raise") for i in range(10)]  # -1: it fails here too
+    results = eb.on_every_cpu(tasks)
+    assert next(results) == 0
+    with pytest.raises(eb.CalibrationError, match="task 1 failed in a worker"):
+        next(results)
+    assert no_worker_is_left()
+
+
+def test_a_reader_that_stops_early_leaves_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    on_cpus(monkeypatch, 2)
+    results = eb.on_every_cpu([functools.partial(time.sleep, 0.01)] * 100)
+    next(results)
+    results.close()
+    assert no_worker_is_left()
+
+
+def test_no_process_to_fork_leaves_the_work_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    on_cpus(monkeypatch, 4)
+    monkeypatch.setattr(os, "fork", refuse)
+    tasks = [functools.partial(_worker_task, i, os.getpid(), "raise") for i in range(9)]
+    assert list(eb.on_every_cpu(tasks)) == list(range(9))
+
+
+def test_a_reader_that_leaves_a_large_sweep_early() -> None:
+    """The workers stop with the tool: the run ends at once, and no worker holds stderr open after it."""
+    start = time.perf_counter()
+    run = shell("TOOL --sweep native_engine.overhead_cut=0:0.9:0.00005 --format json | head -c 100")
+    assert run.code == 0 and run.err == "" and run.out.startswith('{"provenance": {')
+    assert time.perf_counter() - start < 20  # the check of 18,001 points takes about 3 s; the output is not made
 
 
 # --- A fuzz of the whole command line ------------------------------------------------------------
