@@ -21,8 +21,9 @@ which --explain prints line by line:
 The numbers come from calibration.json, each with its source; the code holds formulas only.
 
 The file reads top to bottom: the calibration's records; the model; loading and
-validating the calibration; key paths; the analyses (overrides, sweeps, sensitivity,
-the fit and solving, warnings); one run's report; rendering; the command line.
+validating the calibration; key paths; the analyses (overrides, work spread over the
+CPUs, sweeps, sensitivity, the fit and solving, warnings); one run's report; rendering;
+the command line.
 """
 
 import argparse
@@ -1487,7 +1488,7 @@ def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> 
     return {**doc, key: set_path(doc.get(key), segments, value, after)}
 
 
-# === The analyses: overrides, sweeps, sensitivity, solving, warnings ===
+# === The analyses: overrides, work spread over the CPUs, sweeps, sensitivity, solving, warnings ===
 
 Change = tuple[PathSegments, object]  # a key path and the value it takes
 
@@ -1614,7 +1615,8 @@ MAX_WORKERS = 8  # forked processes at most; more gain little, since one process
 
 
 def on_every_cpu(tasks: Sequence[Callable[[], T]], fewest: int = 2) -> Generator[T, None, None]:
-    """Each task's result, in order; with at least `fewest` tasks and more than one CPU, forked workers compute them.
+    """Each task's result, in order. With at least `fewest` tasks (fewer take less than forking
+    saves) and more than one CPU, forked workers compute them.
 
     Worker w of n does tasks w, w + n, ... and sends each result back pickled through its own pipe,
     which keeps it at most one result ahead of the reader: memory stays flat. A task that a worker
@@ -1684,9 +1686,11 @@ def _send_results(tasks: Sequence[Callable[[], object]], out: BinaryIO) -> None:
 def _received(pipe: BinaryIO) -> bytes | None:
     """The next result a worker sent, or None when it stopped short of it."""
     head = pipe.read(8)
+    if len(head) < 8:
+        return None
     size = int.from_bytes(head, "little")
     data = pipe.read(size)
-    return data if len(head) == 8 and len(data) == size else None
+    return data if len(data) == size else None
 
 
 # --- Sweeps ---

@@ -1,6 +1,6 @@
 """Benchmarks (run by hand; pytest does not collect them). The README quotes what they print.
 
-    .venv/bin/python tests/bench.py [ROUNDS] [--only startup|sweeps|fit] [--against DIR]
+    .venv/bin/python tests/bench.py [ROUNDS] [--only startup|sweeps|fit|large] [--against DIR]
 
 1. Start-up: the median wall time of a bare interpreter, `import tabulate`, and the installed
    `estimate-b300` with the default tables and with --format json, interleaved round by round
@@ -182,12 +182,79 @@ def fits() -> None:
         )
 
 
+def large_calibrations(directory: Path) -> dict[str, list[str]]:
+    """Runs on a 1,000-point curve, and a fit of measurements that no values explain: name -> arguments."""
+    doc = json.loads((ROOT / "calibration.json").read_text())
+    distinct = [384 * (1 - (1 - 8 / 384) ** m) for m in range(1, 1001)]  # uniform routing over Kimi K2's experts
+    curve = [{"m": m, "ms": 0.5 + 0.25 * d} for m, d in enumerate(distinct, 1)]
+    on_points = {f"moe_curve.points[{i}].ms": {"relative": 0.05, "source": "x"} for i in (3, 8, 31, 32)}
+    sensitivity = {**doc, "moe_curve": {**doc["moe_curve"], "points": curve}, "ranges": doc["ranges"] | on_points}
+    experts = {**sensitivity, "moe_curve": {**sensitivity["moe_curve"], "fit": "experts"}}
+    experts["ranges"] = {f"moe_curve.points[{i}].ms": {"relative": 0.05, "source": "x"} for i in range(0, 100, 10)}
+    trees = {k: v for k, v in doc.items() if k != "sglang"}
+    trees["moe_curve"] = {**doc["moe_curve"], "points": [{"m": m, "ms": 0.5 + 0.08 * m**0.8} for m in range(1, 1001)]}
+    trees["measurements"] = [
+        {"decode": "autoregressive", "pipeline": "native", "tok_s": 200.0} if i % 10 == 0 else
+        {"drafter": ["current", "stronger"][i % 2], "pipeline": "native", "block": 16, "budget": 8 + i,
+         "accept": 5.0 + i % 2, "tok_s": 420.0 + i}
+        for i in range(100)
+    ]  # fmt: skip
+    rng = random.Random(11)
+    wild = {**trees, "measurements": []}
+    for i in range(100):
+        if i % 5 == 0:
+            wild["measurements"].append({"decode": "autoregressive", "pipeline": rng.choice(eb.PIPELINES),
+                                         "tok_s": rng.uniform(100, 250)})  # fmt: skip
+            continue
+        block, budget = rng.choice([4, 8, 16]), rng.randint(4, 600)
+        wild["measurements"].append({"drafter": rng.choice(eb.DRAFTERS), "pipeline": rng.choice(eb.PIPELINES),
+                                     "block": block, "budget": budget, "tok_s": rng.uniform(150, 900),
+                                     "accept": round(rng.uniform(1.5, min(block, budget) + 1), 2)})  # fmt: skip
+    files = {}
+    for name, content in (("sensitivity", sensitivity), ("experts", experts), ("trees", trees), ("wild", wild)):
+        files[name] = directory / f"{name}.json"
+        files[name].write_text(json.dumps(content))
+
+    def fitting(*paths: str) -> list[str]:
+        return [f"--fit={path}" for path in ("native_engine.overhead_cut", "stronger_drafter.spec_scale", *paths)]
+
+    five = fitting(*(f"moe_curve.points[{i}].ms" for i in (20, 60, 90)))
+    wild5 = fitting("anchors.ar_tok_s", *(f"moe_curve.points[{i}].ms" for i in (46, 279)))
+    sweep = "moe_curve.points[5].ms=9:10:0.01"
+    return {
+        "--sensitivity, 10 ranges (4 on points)": [f"--calibration={files['sensitivity']}", "--sensitivity"],
+        '--sensitivity, "experts", 10 ranges on points': [f"--calibration={files['experts']}", "--sensitivity"],
+        "--fit of 2 values to 100 measurements over 90 trees": [f"--calibration={files['trees']}", *fitting()],
+        "--fit of 5 values to them, and --sensitivity": [f"--calibration={files['trees']}", *five, "--sensitivity"],
+        "--fit of 5 values to 100 random measurements": [f"--calibration={files['wild']}", *wild5],
+        "--sweep of one point's time over 101 values": [f"--calibration={files['trees']}", f"--sweep={sweep}"],
+    }
+
+
+def large(exe: Path, rounds: int) -> None:
+    """Each large case as the installed command, on every CPU and on one, interleaved round by round."""
+    import tempfile
+
+    one = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] if shutil.which("taskset") else None
+    with tempfile.TemporaryDirectory() as directory:
+        for name, args in large_calibrations(Path(directory)).items():
+            times: dict[str, list[float]] = {"every CPU": [], "one CPU": []}
+            for _ in range(rounds):
+                for where, prefix in (("every CPU", []), ("one CPU", one)):
+                    if prefix is not None:
+                        start = time.perf_counter()
+                        subprocess.run([*prefix, str(exe), *args, "--format", "json"], capture_output=True, check=True)
+                        times[where].append(time.perf_counter() - start)
+            spans = ", ".join(f"{where} {min(t):.2f}-{max(t):.2f} s" for where, t in times.items() if t)
+            print(f"{name}: {spans} ({rounds} rounds)")
+
+
 def main(argv: list[str]) -> int:
     rounds = int(next((a for a in argv if a.isdigit()), "40"))
     only = argv[argv.index("--only") + 1] if "--only" in argv else None
     against = Path(argv[argv.index("--against") + 1]).resolve() if "--against" in argv else None
     exe = Path(sysconfig.get_path("scripts")) / "estimate-b300"
-    if only in (None, "startup", "sweeps") and not exe.exists():
+    if only in (None, "startup", "sweeps", "large") and not exe.exists():
         print(f"{exe} not found: run `pip install .` into this environment first", file=sys.stderr)
         return 2
     if only in (None, "startup"):
@@ -196,6 +263,8 @@ def main(argv: list[str]) -> int:
         sweeps(exe, against)
     if only in (None, "fit"):
         fits()
+    if only in (None, "large"):
+        large(exe, 3)
     return 0
 
 
