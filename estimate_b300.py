@@ -1662,11 +1662,13 @@ def _start_worker(
         os.close(fd_out)
         return None
     if pid == 0:  # the worker, which never returns; a task that fails ends it, and the parent does that task
+        _silence(2)  # whatever it would say (a warning, an error), the parent says if it matters
         with contextlib.suppress(BaseException):
             os.close(fd_in)
             for worker in filter(None, started):
                 worker[1].close()
-            _send_results(tasks, os.fdopen(fd_out, "wb"))
+            with os.fdopen(fd_out, "wb") as out:
+                _send_results(tasks, out)
         os._exit(0)  # not through the interpreter's exit, which would flush buffers that the parent holds too
     os.close(fd_out)
     return pid, os.fdopen(fd_in, "rb")
@@ -3788,8 +3790,16 @@ def _silence(fd: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; the exit status: 0 estimated, 2 bad input, 1 the output or the memory failed."""
+    try:
+        return _run(sys.argv[1:] if argv is None else argv)
+    except MemoryError:  # at any stage: a limit such as ulimit -v, or a run too large for the machine
+        say("estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run")
+        return 1
+
+
+def _run(argv: list[str]) -> int:
     parser = build_parser()
-    argv = sys.argv[1:] if argv is None else argv
     try:
         if len(argv) > MAX_ARGUMENTS:  # before argparse, whose work grows faster than the count
             raise usage_error(f"{len(argv):,} arguments; expected at most {MAX_ARGUMENTS:,}")

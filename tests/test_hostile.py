@@ -552,6 +552,30 @@ def test_a_bad_point_in_a_late_chunk_fails_as_it_would_alone(
     assert run_main(capsys, *args) == many
 
 
+@pytest.mark.parametrize(
+    ("env", "args", "lines"),
+    [
+        ({"PYTHONDEVMODE": "1"}, ["--sweep", "native_engine.overhead_cut=0:0.9:0.0005", "--format", "json"], 0),
+        ({"PYTHONWARNINGS": "error"}, ["--sweep", "native_engine.overhead_cut=0:0.9:0.0005", "--format", "csv"], 0),
+        ({"PYTHONDEVMODE": "1"}, ["--sweep", "anchors.ar_tok_s=100:5000:1"], 1),  # the error alone
+    ],
+)
+def test_workers_say_nothing(env: dict[str, str], args: list[str], lines: int) -> None:
+    """What a worker would print (a warning about a file it leaves to the operating system) is not shown."""
+    run = run_script(*args, env=env)
+    assert run.err.count("\n") == lines, run.err
+    assert "Warning" not in run.err
+
+
+def test_out_of_memory_is_one_line() -> None:
+    """9,001 rows of a table need more than 50 MB; the interpreter and the estimate need less."""
+    run = shell("ulimit -v 50000; TOOL --sweep native_engine.overhead_cut=0:0.9:0.0001")
+    assert run.code == 1 and run.out == ""
+    assert run.err == (
+        "estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run\n"
+    )
+
+
 def _worker_task(i: int, parent: int, fail: str) -> int:
     """Task i: in a worker, every third one kills the worker or raises, as `fail` says; here, its number."""
     if os.getpid() != parent and i % 3 == 1:
