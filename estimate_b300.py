@@ -3551,7 +3551,7 @@ EPILOG = """examples:
 
 exit status: 0 estimated (warnings, if any, on stderr); 2 bad calibration,
 option or usage (one line on stderr, nothing on stdout); 1 the output could
-not be written, or an internal error."""
+not be written, memory ran out, or an internal error."""
 
 
 class _Parser(argparse.ArgumentParser):

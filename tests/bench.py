@@ -8,9 +8,9 @@
 2. Sweeps: a 100,000-point `--sweep native_engine.overhead_cut=...` (800,000 scenarios) in each
    format, its wall time and its peak resident memory (from wait4: the largest of the process's
    own and its workers'), on every CPU the machine gives and, under `taskset`, on one; then, in
-   process over 20,000 points, where a JSON point's time goes. With `--against DIR`, the same
-   run of DIR/estimate_b300.py on DIR/calibration.json (another checkout) follows. The runs of
-   one format go one right after the other, and each prints its ratio to the first.
+   process on one CPU over 20,000 points, where a JSON point's time goes. With `--against DIR`,
+   the same run of DIR/estimate_b300.py on DIR/calibration.json (another checkout) follows. The
+   runs of one format go one right after the other, and each prints its ratio to the first.
 3. Fits, in process: measurements made by the model at known values with 1% noise, fitted from
    the shipped values: 5 values to 50 measurements (the least squares alone, then with
    leave-one-out), and 2 and 5 values to 100 measurements with leave-one-out.
@@ -93,7 +93,16 @@ def timed(command: list[str]) -> tuple[float, float]:
 
 
 def sweep_split(points: int) -> None:
-    """Where a JSON sweep point's time goes, in process: the check, the estimate again, the encoding."""
+    """Where a JSON sweep point's time goes, in process on one CPU: the check, the estimate again, the encoding."""
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})  # no workers
+    try:
+        _sweep_split(points)
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+def _sweep_split(points: int) -> None:
     doc, _ = eb.read_document(eb.default_calibration_path())
     cal = eb.parse_calibration(doc)
     step = 0.9 / points

@@ -525,6 +525,7 @@ def on_cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
         ["--sweep", "native_engine.overhead_cut=0:0.4998:0.0002", "--format", "csv"],
         ["--sweep", "stronger_drafter.budget=16:2600:1", "--format", "json"],  # a warning at every point past 32
         ["--set", "moe_curve.points[2].ms=4", "--sweep", "native_engine.overhead_cut=0.9:0.99:0.00004"],  # warnings
+        ["--sweep", "native_engine.overhead_cut=0:0.4998:0.0002", "--format", "markdown"],
     ],
 )
 def test_a_large_sweep_gives_the_same_output_on_one_cpu_and_on_many(
