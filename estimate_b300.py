@@ -1611,20 +1611,20 @@ def median_place(drafter: Drafter) -> int:
 # --- Work spread over the CPUs: large sweeps, and the leave-one-out refits of a large fit ---
 
 
-MAX_WORKERS = 8  # forked processes at most; more gain little, since one process writes the output
+MAX_WORKERS = 8  # forked processes at most, each a copy of the interpreter (measured here on 2 CPUs only)
 
 
-def on_every_cpu(tasks: Sequence[Callable[[], T]], fewest: int = 2) -> Generator[T, None, None]:
-    """Each task's result, in order. With at least `fewest` tasks (fewer take less than forking
-    saves) and more than one CPU, forked workers compute them.
+def over_cpus(tasks: Sequence[Callable[[], T]], min_tasks: int = 2) -> Generator[T, None, None]:
+    """Each task's result, in order; with at least `min_tasks` tasks and more than one CPU, forked
+    workers compute them.
 
     Worker w of n does tasks w, w + n, ... and sends each result back pickled through its own pipe,
-    which keeps it at most one result ahead of the reader: memory stays flat. A task that a worker
-    does not send back (an error, a worker killed, no worker started) is done here, so it fails
-    here as it would alone.
+    whose buffer holds it back once full: memory stays flat. A task that a worker does not send
+    back (an error, a worker killed, no worker started) is done here, so it fails here as it would
+    alone.
     """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    workers = min(len(tasks), cpus, MAX_WORKERS) if hasattr(os, "fork") and len(tasks) >= fewest else 1
+    workers = min(len(tasks), cpus, MAX_WORKERS) if hasattr(os, "fork") and len(tasks) >= min_tasks else 1
     if workers < 2:
         yield from (task() for task in tasks)
         return
@@ -1797,9 +1797,9 @@ class SweepPlan(NamedTuple):
                 raise
 
     def in_chunks(self, work: Callable[[Iterator[SweepPoint], int], T]) -> Iterator[T]:
-        """work(points, index of the first), chunk by chunk in order, on every CPU (see on_every_cpu)."""
+        """work(points, index of the first), chunk by chunk in order, on every CPU (see over_cpus)."""
         starts = range(0, self.size, SWEEP_CHUNK)
-        return on_every_cpu([functools.partial(work, self.points(i, i + SWEEP_CHUNK), i) for i in starts])
+        return over_cpus([functools.partial(work, self.points(i, i + SWEEP_CHUNK), i) for i in starts])
 
 
 def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str) -> SweepPlan:
@@ -2011,7 +2011,7 @@ def fit(
             "expected at least as many measurements as values", file=option,
         )  # fmt: skip
     start = [number_at(doc, path) for path, _ in keys]
-    spent = [0]  # predictions made: leave-one-out stops at a budget
+    spent = [0]  # predictions made by the fit, or by the refit under way: leave-one-out stops at a budget
 
     def calibrated(values: Sequence[float]) -> Calibration:
         return recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
@@ -2062,15 +2062,15 @@ def fit(
 
         used = 0
         tasks = [functools.partial(refit_without, i) for i in range(len(measurements))]
-        with contextlib.closing(on_every_cpu(tasks, fewest=32)) as refits:  # fewer take less than forking saves
-            for i, (residual, predicted) in enumerate(refits):
-                if used > MAX_LOO_PREDICTIONS:
+        with contextlib.closing(over_cpus(tasks, min_tasks=32)) as refits:  # fewer: forking would not pay
+            for i, (residual, predicted) in enumerate(refits, 1):
+                loo[i - 1], used = residual, used + predicted
+                if used > MAX_LOO_PREDICTIONS and i < len(measurements):
                     warnings.append(
                         f"{option}: leave-one-out stopped after {i} of {len(measurements)} refits, at its budget "
                         f"of {MAX_LOO_PREDICTIONS:,} predictions; the rest are null"
                     )
                     break
-                loo[i], used = residual, used + predicted
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
         FitValue(name, value, before, ranges.get(name))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -12,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from conftest import (
@@ -510,12 +511,33 @@ def test_sweeps_warn_as_set_does_once_per_kind(capsys: pytest.CaptureFixture[str
     assert "at 2 of 3 sweep points (the first at native_engine.overhead_cut=0.98)" in floors[0]
 
 
-# --- Large sweeps on every CPU ------------------------------------------------------------------
+# --- Large runs spread over the CPUs ----------------------------------------------------------
 
 
-def on_cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
-    """Make the tool see n CPUs, so that a large sweep forks n workers (at most one per chunk), or none."""
+def on_cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> list[int]:
+    """Make the tool see n CPUs, so that a large run forks up to n workers; the list gathers their pids."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)))
+    forked: list[int] = []
+    fork = os.fork
+
+    def counted() -> int:
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", counted)
+    return forked
+
+
+def on_two_cpus(tmp_path: Path) -> str:
+    """A command that runs the tool as if the machine had two CPUs, so that it forks wherever the tests run."""
+    wrapper = tmp_path / "on_two_cpus.py"
+    wrapper.write_text(
+        f"import os, runpy, sys\nos.sched_getaffinity = lambda pid: {{0, 1}}\nsys.argv[0] = {str(SCRIPT)!r}\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    return f"{sys.executable} {wrapper}"
 
 
 @pytest.mark.parametrize(
@@ -523,7 +545,7 @@ def on_cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     [
         ["--sweep", "native_engine.overhead_cut=0:0.4998:0.0002", "--format", "json"],
         ["--sweep", "native_engine.overhead_cut=0:0.4998:0.0002", "--format", "csv"],
-        ["--sweep", "stronger_drafter.budget=16:2600:1", "--format", "json"],  # a warning at every point past 32
+        ["--sweep", "stronger_drafter.budget=16:2600:1", "--format", "json"],
         ["--set", "moe_curve.points[2].ms=4", "--sweep", "native_engine.overhead_cut=0.9:0.99:0.00004"],  # warnings
         ["--sweep", "native_engine.overhead_cut=0:0.4998:0.0002", "--format", "markdown"],
     ],
@@ -532,10 +554,12 @@ def test_a_large_sweep_gives_the_same_output_on_one_cpu_and_on_many(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, args: list[str]
 ) -> None:
     """2,400-2,600 points: three chunks, done by two workers (the first does two), or one after another here."""
-    on_cpus(monkeypatch, 2)
+    forked = on_cpus(monkeypatch, 2)
     many = run_main(capsys, *args)
-    on_cpus(monkeypatch, 1)
+    assert len(forked) == (4 if "json" in args or "csv" in args else 2)  # the check; the rows of JSON and CSV
+    alone = on_cpus(monkeypatch, 1)
     one = run_main(capsys, *args)
+    assert not alone
     assert many.code == 0 and len(many.out) > 500_000
     assert many == one
     assert many.err.count("\n") == (3 if "--set" in args else 0)  # each warning once, over every chunk
@@ -546,51 +570,64 @@ def test_a_bad_point_in_a_late_chunk_fails_as_it_would_alone(
 ) -> None:
     """At 3,865 tok/s the AR step leaves no ATTN_BASE: point 3,766, in the fourth chunk, the second worker's."""
     args = ["--sweep", "anchors.ar_tok_s=100:5000:1", "--format", "json"]
-    on_cpus(monkeypatch, 2)
+    forked = on_cpus(monkeypatch, 2)
     many = run_main(capsys, *args)
+    assert len(forked) == 2
     assert_clean_error(many, "at --sweep anchors.ar_tok_s=3865: anchors.ar_tok_s: the measured anchors conflict")
     on_cpus(monkeypatch, 1)
     assert run_main(capsys, *args) == many
 
 
-@pytest.mark.parametrize(
-    ("env", "args", "lines"),
-    [
-        ({"PYTHONDEVMODE": "1"}, ["--sweep", "native_engine.overhead_cut=0:0.9:0.0005", "--format", "json"], 0),
-        ({"PYTHONWARNINGS": "error"}, ["--sweep", "native_engine.overhead_cut=0:0.9:0.0005", "--format", "csv"], 0),
-        ({"PYTHONDEVMODE": "1"}, ["--sweep", "anchors.ar_tok_s=100:5000:1"], 1),  # the error alone
-    ],
-)
-def test_workers_say_nothing(env: dict[str, str], args: list[str], lines: int) -> None:
-    """What a worker would print (a warning about a file it leaves to the operating system) is not shown."""
-    run = run_script(*args, env=env)
-    assert run.err.count("\n") == lines, run.err
-    assert "Warning" not in run.err
+def test_leave_one_out_gives_the_same_on_one_cpu_and_on_many(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, write_calibration: Any
+) -> None:
+    """40 measurements: their refits go to the workers, whole, and stopped by the budget after the same refit."""
+    doc = default_doc()
+    doc["measurements"] = [
+        {"decode": "autoregressive", "pipeline": "native", "tok_s": 200.0 + i}
+        if i % 10 == 0
+        else {"drafter": eb.DRAFTERS[i % 2], "pipeline": "native", "block": 16, "budget": 8 + i, "accept": 5.0 + i % 2,
+              "tok_s": 420.0 + 3 * i}
+        for i in range(40)
+    ]  # fmt: skip
+    args = ["--calibration", str(write_calibration(doc)), "--fit", "native_engine.overhead_cut", "--fit",
+            "stronger_drafter.spec_scale", "--format", "json"]  # fmt: skip
+    runs, full = {}, eb.MAX_LOO_PREDICTIONS
+    for budget in (full, 2_000):
+        monkeypatch.setattr(eb, "MAX_LOO_PREDICTIONS", budget)
+        for cpus in (2, 1):
+            forked = on_cpus(monkeypatch, cpus)
+            runs[budget, cpus] = run_main(capsys, *args)
+            assert len(forked) == (2 if cpus == 2 else 0)
+        assert runs[budget, 2] == runs[budget, 1]
+    whole = [m["loo_residual"] for m in runs[full, 2].json()["fit"]["measurements"]]
+    assert len(whole) == 40 and None not in whole
+    stopped = re.search(r"leave-one-out stopped after (\d+) of 40 refits", runs[2_000, 2].err)
+    assert stopped and 0 < int(stopped[1]) < 40
+    cut = [m["loo_residual"] for m in runs[2_000, 2].json()["fit"]["measurements"]]
+    assert cut == whole[: int(stopped[1])] + [None] * (40 - int(stopped[1]))
 
 
-def test_out_of_memory_is_one_line() -> None:
-    """9,001 rows of a table need more than 50 MB; the interpreter and the estimate need less."""
-    run = shell("ulimit -v 50000; TOOL --sweep native_engine.overhead_cut=0:0.9:0.0001")
-    assert run.code == 1 and run.out == ""
-    assert run.err == (
-        "estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run\n"
-    )
-
-
-def _worker_task(i: int, parent: int, fail: str) -> int:
-    """Task i: in a worker, every third one kills the worker or raises, as `fail` says; here, its number."""
-    if os.getpid() != parent and i % 3 == 1:
+def _worker_task(i: int, parent: int, fail: str) -> tuple[int, bool]:
+    """Task i and whether it ran in `parent`; in a worker, every third one kills the worker or raises."""
+    here = os.getpid() == parent
+    if not here and i % 3 == 1:
         if fail == "kill":
             os.kill(os.getpid(), 9)
         raise eb.CalibrationError("x", f"task {i} failed in a worker")
-    return i
+    return i, here
 
 
 @pytest.mark.parametrize("fail", ["kill", "raise"])
 def test_a_task_a_worker_does_not_finish_is_done_here(monkeypatch: pytest.MonkeyPatch, fail: str) -> None:
-    on_cpus(monkeypatch, 4)
+    forked = on_cpus(monkeypatch, 4)
     tasks = [functools.partial(_worker_task, i, os.getpid(), fail) for i in range(20)]
-    assert list(eb.on_every_cpu(tasks)) == list(range(20))
+    results = list(eb.over_cpus(tasks))
+    assert len(forked) == 4
+    assert [i for i, _ in results] == list(range(20))
+    # worker w does w, w + 4, ... and stops at its first failure (1, 4, 7, 10): the rest are done here
+    assert [i for i, here in results if not here] == [0, 2, 3, 6]
+    assert [i for i, here in results if here] == [1, 4, 5, 7, *range(8, 20)]
 
 
 def no_worker_is_left() -> bool:
@@ -605,19 +642,26 @@ def no_worker_is_left() -> bool:
 def test_an_error_here_comes_after_the_results_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
     on_cpus(monkeypatch, 2)
     tasks = [functools.partial(_worker_task, i, -1, "raise") for i in range(10)]  # -1: it fails here too
-    results = eb.on_every_cpu(tasks)
-    assert next(results) == 0
+    results = eb.over_cpus(tasks)
+    assert next(results) == (0, False)
     with pytest.raises(eb.CalibrationError, match="task 1 failed in a worker"):
         next(results)
     assert no_worker_is_left()
 
 
 def test_a_reader_that_stops_early_leaves_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    on_cpus(monkeypatch, 2)
-    results = eb.on_every_cpu([functools.partial(time.sleep, 0.01)] * 100)
+    forked = on_cpus(monkeypatch, 2)
+    results = eb.over_cpus([functools.partial(time.sleep, 0.01)] * 100)
     next(results)
     results.close()
-    assert no_worker_is_left()
+    assert len(forked) == 2 and no_worker_is_left()
+
+
+def test_few_tasks_are_done_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    forked = on_cpus(monkeypatch, 4)
+    tasks = [functools.partial(_worker_task, i, os.getpid(), "raise") for i in range(5)]
+    assert list(eb.over_cpus(tasks, min_tasks=6)) == [(i, True) for i in range(5)]
+    assert not forked
 
 
 def test_no_process_to_fork_leaves_the_work_here(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -627,15 +671,65 @@ def test_no_process_to_fork_leaves_the_work_here(monkeypatch: pytest.MonkeyPatch
     on_cpus(monkeypatch, 4)
     monkeypatch.setattr(os, "fork", refuse)
     tasks = [functools.partial(_worker_task, i, os.getpid(), "raise") for i in range(9)]
-    assert list(eb.on_every_cpu(tasks)) == list(range(9))
+    assert list(eb.over_cpus(tasks)) == [(i, True) for i in range(9)]
 
 
-def test_a_reader_that_leaves_a_large_sweep_early() -> None:
-    """The workers stop with the tool: the run ends at once, and no worker holds stderr open after it."""
+@pytest.mark.parametrize(
+    ("env", "args", "lines"),
+    [
+        ({"PYTHONDEVMODE": "1"}, ["--sweep", "native_engine.overhead_cut=0:0.9:0.0005", "--format", "json"], 0),
+        ({"PYTHONWARNINGS": "error"}, ["--sweep", "native_engine.overhead_cut=0:0.9:0.0005", "--format", "csv"], 0),
+        ({"PYTHONDEVMODE": "1"}, ["--sweep", "anchors.ar_tok_s=100:5000:1"], 1),  # the error alone
+    ],
+)
+def test_workers_say_nothing(tmp_path: Path, env: dict[str, str], args: list[str], lines: int) -> None:
+    """What a worker would print (a warning about a file it leaves to the operating system) is not shown."""
+    run = run_script(*args, exe=on_two_cpus(tmp_path).split(), env=env)
+    assert run.err.count("\n") == lines, run.err
+    assert "Warning" not in run.err
+
+
+def running(marker: str) -> list[str]:
+    """The command lines of the processes that name `marker`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if marker in text:
+                found.append(text)
+    return found
+
+
+def test_a_reader_that_leaves_a_large_sweep_early(tmp_path: Path) -> None:
+    """The tool ends at once with exit 0, and no worker outlives it."""
+    tool = on_two_cpus(tmp_path)
     start = time.perf_counter()
-    run = shell("TOOL --sweep native_engine.overhead_cut=0:0.9:0.00005 --format json | head -c 100")
-    assert run.code == 0 and run.err == "" and run.out.startswith('{"provenance": {')
+    sweep = "--sweep native_engine.overhead_cut=0:0.9:0.00005 --format json"
+    run = shell(f"{{ {tool} {sweep}; echo $? >&2; }} | head -c 99")
     assert time.perf_counter() - start < 20  # the check of 18,001 points takes about 3 s; the output is not made
+    assert run.code == 0 and run.err == "0\n" and run.out.startswith('{"provenance": {')
+    assert running(str(tmp_path)) == []
+
+
+def test_out_of_memory_is_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def exhausted(*args: object) -> NoReturn:
+        raise MemoryError
+
+    monkeypatch.setattr(eb, "build_report", exhausted)
+    run = run_main(capsys, "--format", "json")
+    assert run == Run(1, "", f"{OUT_OF_MEMORY}\n")
+
+
+OUT_OF_MEMORY = "estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run"
+
+
+def test_out_of_memory_under_a_limit_is_one_line(tmp_path: Path) -> None:
+    """A table of 45,001 rows needs some 200 MB; the interpreter and the check need about 40 MB, workers too."""
+    tool = on_two_cpus(tmp_path)
+    if shell(f"ulimit -v 50000; {tool} --version").code != 0:
+        pytest.skip("this interpreter does not start in 50 MB")
+    run = shell(f"ulimit -v 50000; {tool} --sweep native_engine.overhead_cut=0:0.9:0.00002")
+    assert run == Run(1, "", f"{OUT_OF_MEMORY}\n")
 
 
 # --- A fuzz of the whole command line ------------------------------------------------------------
