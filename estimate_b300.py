@@ -1662,14 +1662,15 @@ def _start_worker(
         os.close(fd_out)
         return None
     if pid == 0:  # the worker, which never returns; a task that fails ends it, and the parent does that task
-        _silence(2)  # whatever it would say (a warning, an error), the parent says if it matters
-        with contextlib.suppress(BaseException):
+        try:
+            _silence(2)  # whatever it would say (a warning, an error), the parent says if it matters
             os.close(fd_in)
             for worker in filter(None, started):
                 worker[1].close()
             with os.fdopen(fd_out, "wb") as out:
                 _send_results(tasks, out)
-        os._exit(0)  # not through the interpreter's exit, which would flush buffers that the parent holds too
+        finally:  # whatever happened, even Ctrl-C: not through the interpreter's exit, which would flush
+            os._exit(0)  # the buffers that the parent holds too
     os.close(fd_out)
     return pid, os.fdopen(fd_in, "rb")
 
@@ -3551,7 +3552,7 @@ EPILOG = """examples:
 
 exit status: 0 estimated (warnings, if any, on stderr); 2 bad calibration,
 option or usage (one line on stderr, nothing on stdout); 1 the output could
-not be written, memory ran out, or an internal error."""
+not be written, memory ran out, or an internal error; 130 interrupted (Ctrl-C)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -3790,12 +3791,16 @@ def _silence(fd: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; the exit status: 0 estimated, 2 bad input, 1 the output or the memory failed."""
+    """The command line; the exit status: 0 estimated, 2 bad input, 1 the output or the memory failed,
+    130 interrupted."""
     try:
         return _run(sys.argv[1:] if argv is None else argv)
     except MemoryError:  # at any stage: a limit such as ulimit -v, or a run too large for the machine
         say("estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run")
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: what was printed stays, the workers are gone, and no traceback
+        say("estimate_b300: interrupted")
+        return 130
 
 
 def _run(argv: list[str]) -> int:

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -708,6 +709,23 @@ def test_a_reader_that_leaves_a_large_sweep_early(tmp_path: Path) -> None:
     run = shell(f"{{ {tool} {sweep}; echo $? >&2; }} | head -c 99")
     assert time.perf_counter() - start < 20  # the check of 18,001 points takes about 3 s; the output is not made
     assert run.code == 0 and run.err == "0\n" and run.out.startswith('{"provenance": {')
+    assert running(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_ctrl_c_is_one_line(tmp_path: Path, group: bool) -> None:
+    """SIGINT in the middle of a sweep, to the tool or to its process group as Ctrl-C sends it: exit 130."""
+    command = [*on_two_cpus(tmp_path).split(), "--sweep", "native_engine.overhead_cut=0:0.9:0.00001", "--format=json"]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    time.sleep(1.0)  # 90,001 points: it is checking them, with its workers
+    if group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+    assert proc.communicate(timeout=60)[1] == "estimate_b300: interrupted\n"
+    assert proc.returncode == 130
     assert running(str(tmp_path)) == []
 
 
