@@ -29,6 +29,7 @@ the command line.
 import argparse
 import bisect
 import contextlib
+import errno
 import functools
 import hashlib
 import itertools
@@ -863,10 +864,25 @@ def printable(text: str) -> str:
     import unicodedata
 
     def steers(ch: str) -> bool:
-        bidi = "\u202a" <= ch <= "\u202e" or "\u2066" <= ch <= "\u2069"
+        bidi = "\u202a" <= ch <= "\u202e" or "\u2066" <= ch <= "\u2069" or ch in "\u200e\u200f\u061c"
         return bidi or unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp")
 
     return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii") if steers(ch) else ch for ch in text)
+
+
+def shows_something(text: str) -> bool:
+    r"""Whether a text has a character that shows: a letter, digit, punctuation or symbol. Spaces,
+    zero-width and direction marks, marks that combine with nothing and blank fillers do not.
+
+    >>> shows_something("B300"), shows_something(" \t\u2028"), shows_something("\u200b\u200f\u0301\u3164")
+    (True, False, False)
+    """
+    if text.isascii():
+        return any("!" <= ch <= "~" for ch in text)
+    import unicodedata
+
+    blank = "\u115f\u1160\u3164\uffa0\u2800"  # the Hangul fillers and the empty braille pattern
+    return any(unicodedata.category(ch)[0] in "LNPS" and ch not in blank for ch in text)
 
 
 def _describe(value: object) -> str:
@@ -1019,7 +1035,7 @@ class _Reader:
         value = self.raw(key, expected, default)
         if not isinstance(value, str) or (choices and value not in choices):
             raise self.error(key, f"got {_describe(value)}; expected {expected}")
-        if key in self.data and not value.strip():  # before escaping: "\n" is no name either
+        if key in self.data and not shows_something(value):  # before escaping: "\n" is no name either
             raise self.error(key, "is blank; expected a text with at least one visible character")
         return printable(value)
 
@@ -3795,7 +3811,9 @@ def main(argv: list[str] | None = None) -> int:
     130 interrupted."""
     try:
         return _run(sys.argv[1:] if argv is None else argv)
-    except MemoryError:  # at any stage: a limit such as ulimit -v, or a run too large for the machine
+    except (MemoryError, OSError) as exc:  # at any stage: a limit such as ulimit -v, or a run too large
+        if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:  # ENOMEM: an import, a fork, a file's map
+            raise
         say("estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run")
         return 1
     except KeyboardInterrupt:  # Ctrl-C: what was printed stays, the workers are gone, and no traceback

@@ -481,8 +481,13 @@ def test_a_whole_number_past_float_precision_prints_short(
     assert not re.search(r"\d{30}", run.out)
 
 
+def test_direction_marks_are_escaped() -> None:
+    """A right-to-left mark turns the neutral characters around it; inside a name it is shown, not obeyed."""
+    assert eb.printable("B300\u200f (x)\u200e\u061c") == "B300\\u200f (x)\\u200e\\u061c"
+
+
 @pytest.mark.parametrize("path", ["hardware.target.name", "hardware.reference.name", "anchors.measured_on"])
-@pytest.mark.parametrize("blank", ["", " \\t", "\\u2028"])
+@pytest.mark.parametrize("blank", ["", " \\t", "\\u2028", "\\u200b", "\\u200f\\u0301", "\\u3164\\u00a0"])
 def test_a_blank_name_is_refused(capsys: pytest.CaptureFixture[str], path: str, blank: str) -> None:
     """A name that prints as nothing would leave "on " in every title; blank is judged before escaping."""
     run = run_main(capsys, "--set", f'{path}="{blank}"')
@@ -729,9 +734,12 @@ def test_ctrl_c_is_one_line(tmp_path: Path, group: bool) -> None:
     assert running(str(tmp_path)) == []
 
 
-def test_out_of_memory_is_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("error", [MemoryError(), OSError(12, "Cannot allocate memory")])
+def test_out_of_memory_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
     def exhausted(*args: object) -> NoReturn:
-        raise MemoryError
+        raise error
 
     monkeypatch.setattr(eb, "build_report", exhausted)
     run = run_main(capsys, "--format", "json")

@@ -164,7 +164,7 @@ def test_a_sweep_warns_of_its_points_only(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_a_swept_text_is_taken_as_set_takes_it(capsys: pytest.CaptureFixture[str]) -> None:
-    esc = '"' + "\\u001b" * 200 + '"'  # 200 characters, 800 once escaped: within the limit as written
+    esc = '"' + "B\\u001b" * 100 + '"'  # 200 characters, 500 once escaped: within the limit as written
     for option in ("--set", "--sweep"):
         run = run_main(capsys, option, f"hardware.target.name={esc}" + (",B300" if option == "--sweep" else ""))
         assert run.code == 0, run.err
