@@ -734,6 +734,9 @@ def test_ctrl_c_is_one_line(tmp_path: Path, group: bool) -> None:
     assert running(str(tmp_path)) == []
 
 
+OUT_OF_MEMORY = "estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run"
+
+
 @pytest.mark.parametrize("error", [MemoryError(), OSError(12, "Cannot allocate memory")])
 def test_out_of_memory_is_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, error: Exception
@@ -744,9 +747,6 @@ def test_out_of_memory_is_one_line(
     monkeypatch.setattr(eb, "build_report", exhausted)
     run = run_main(capsys, "--format", "json")
     assert run == Run(1, "", f"{OUT_OF_MEMORY}\n")
-
-
-OUT_OF_MEMORY = "estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run"
 
 
 def test_out_of_memory_under_a_limit_is_one_line(tmp_path: Path) -> None:
