@@ -2062,14 +2062,17 @@ def fit(
         r_full = residuals(values)
         assert r_full is not None  # the fit only moves to values where the calibration holds
         j_full = _jacobian(residuals, values, r_full, domains)
+        on_edge = {k for k, (v, d, s) in enumerate(zip(values, domains, start, strict=True)) if _at_edge(v, d, s)}
 
         def refit_without(i: int) -> tuple[float | None, int]:
             """Measurement i's residual when the fit is made without it, and the predictions that took."""
             spent[0] = 0
             rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
             columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
+            free = [k for k in range(len(keys)) if k not in on_edge]  # a value on an edge may stay there
             try:
-                _check_identifiable(columns, values, names, rest, option)
+                if free:
+                    _check_identifiable(*([seq[k] for k in free] for seq in (columns, values, names)), rest, option)
             except CalibrationError:  # without it the values cannot be told apart: no refit
                 return None, 0
             rest_residuals = functools.partial(residuals, among=rest)
@@ -2100,24 +2103,26 @@ def fit(
     ]  # fmt: skip
     warnings += [
         f"{option} {v.path}: {v.value:.6g} lies on the edge of the values it may take ({d.describe()})"
-        for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d)
+        for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d, v.previous)
     ]  # fmt: skip
     return Fit(fit_values, before, predictions(calibrated(values), measurements), tuple(loo), tuple(roots),
                method, tuple(warnings))  # fmt: skip
 
 
-def _at_edge(value: float, domain: Domain) -> bool:
-    return any(
-        math.isfinite(end) and abs(value - end) <= 1e-6 * max(abs(end), 1e-9) for end in (domain.low, domain.high)
-    )
+def _ends(domain: Domain, start: float) -> tuple[float, float]:
+    """The lowest and highest values a fit starting at `start` may try: an open end moved just inside it."""
+    margin = 1e-9 * _size(domain, start)
+    return domain.low + (margin if domain.low_open else 0.0), domain.high - (margin if domain.high_open else 0.0)
 
 
-def _inside(value: float, domain: Domain) -> float:
-    """The value moved into its domain, just inside an open end."""
-    margin = 1e-9 * max(abs(domain.low), abs(domain.high) if math.isfinite(domain.high) else abs(value), 1e-9)
-    low = domain.low + (margin if domain.low_open else 0.0)
-    high = domain.high - (margin if domain.high_open else 0.0)
-    return min(max(value, low), high)
+def _at_edge(value: float, domain: Domain, start: float) -> bool:
+    """Within 1e-6 of its size of an end: where the fit stops a value that the measurements push past it."""
+    return any(math.isfinite(end) and abs(value - end) <= 1e-6 * _size(domain, start) for end in domain[:2])
+
+
+def _size(domain: Domain, start: float) -> float:
+    """How large a fitted value counts as: its start, or its domain's largest finite end; at least 1e-9."""
+    return max([abs(end) for end in domain[:2] if math.isfinite(end)] + [abs(start), 1e-9])
 
 
 Residuals = Callable[[Sequence[float]], "list[float] | None"]
@@ -2208,20 +2213,23 @@ def _levenberg_marquardt(
 ) -> list[float]:  # fmt: skip
     """Minimise the sum of squared residuals from `start`, each value kept inside its domain.
 
+    A step that would take a value past an end of its domain stops it at that end (just inside an
+    open one); there it is held while the cost falls outward, and the other values move without it.
     `columns` is the Jacobian at `start` when the caller has it. It stops when a step no longer lowers
     the cost by more than float noise, or no longer moves the values, or after `iterations` steps.
     """
     values, r, cost, damping = list(start), list(r0), sum(x * x for x in r0), 1e-3
+    ends = [_ends(domain, x) for domain, x in zip(domains, start, strict=True)]
     for _ in range(iterations):
         columns = columns or _jacobian(residuals, values, r, domains)
         a = _products(columns, columns)  # J^T J
         g = [row[0] for row in _products(columns, [r])]  # J^T r
+        held = [x <= low and slope > 0 or x >= high and slope < 0 for x, slope, (low, high) in zip(values, g, ends)]
+        free = [i for i, h in enumerate(held) if not h]
         while True:
-            damped = [[a[i][j] + (damping * a[i][j] if i == j else 0.0) for j in range(len(a))] for i in range(len(a))]
-            trial = [
-                _inside(x + d, domain)
-                for x, d, domain in zip(values, _solve_linear(damped, [-x for x in g]), domains, strict=True)
-            ]
+            damped = [[a[i][j] * (1 + damping if i == j else 1) for j in free] for i in free]
+            step = dict(zip(free, _solve_linear(damped, [-g[i] for i in free]), strict=True))
+            trial = [min(max(x + step.get(i, 0.0), low), high) for i, (x, (low, high)) in enumerate(zip(values, ends))]
             moved = max(abs(t - x) / max(abs(x), 1e-12) for t, x in zip(trial, values, strict=True))
             if moved <= 1e-13 or damping > 1e12:
                 return values  # no step left to take: a minimum, as far as floats tell
