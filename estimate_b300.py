@@ -2072,7 +2072,8 @@ def fit(
             free = [k for k in range(len(keys)) if k not in on_edge]  # a value on an edge may stay there
             try:
                 if free:
-                    _check_identifiable(*([seq[k] for k in free] for seq in (columns, values, names)), rest, option)
+                    free_values, free_names = [values[k] for k in free], [names[k] for k in free]
+                    _check_identifiable([columns[k] for k in free], free_values, free_names, rest, option)
             except CalibrationError:  # without it the values cannot be told apart: no refit
                 return None, 0
             rest_residuals = functools.partial(residuals, among=rest)
@@ -2221,15 +2222,16 @@ def _levenberg_marquardt(
     values, r, cost, damping = list(start), list(r0), sum(x * x for x in r0), 1e-3
     ends = [_ends(domain, x) for domain, x in zip(domains, start, strict=True)]
     for _ in range(iterations):
+        bounds = list(zip(values, ends, strict=True))
         columns = columns or _jacobian(residuals, values, r, domains)
         a = _products(columns, columns)  # J^T J
         g = [row[0] for row in _products(columns, [r])]  # J^T r
-        held = [x <= low and slope > 0 or x >= high and slope < 0 for x, slope, (low, high) in zip(values, g, ends)]
-        free = [i for i, h in enumerate(held) if not h]
+        pushed_out = [(x <= low and g[i] > 0) or (x >= high and g[i] < 0) for i, (x, (low, high)) in enumerate(bounds)]
+        free = [i for i, held in enumerate(pushed_out) if not held]
         while True:
             damped = [[a[i][j] * (1 + damping if i == j else 1) for j in free] for i in free]
             step = dict(zip(free, _solve_linear(damped, [-g[i] for i in free]), strict=True))
-            trial = [min(max(x + step.get(i, 0.0), low), high) for i, (x, (low, high)) in enumerate(zip(values, ends))]
+            trial = [min(max(x + step.get(i, 0.0), low), high) for i, (x, (low, high)) in enumerate(bounds)]
             moved = max(abs(t - x) / max(abs(x), 1e-12) for t, x in zip(trial, values, strict=True))
             if moved <= 1e-13 or damping > 1e12:
                 return values  # no step left to take: a minimum, as far as floats tell

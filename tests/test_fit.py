@@ -297,8 +297,9 @@ def test_a_value_pushed_past_a_closed_end_stays_there_and_the_others_reach_their
     bandwidth = golden(lambda bw: cost(entries, 0.0, bw), 3.0, 10.0)
     assert [v.value for v in result.values] == [0.0, pytest.approx(bandwidth, rel=1e-6)]
     assert bandwidth == pytest.approx(4.473, abs=0.001)
-    assert "native_engine.overhead_cut: 0 lies on the edge of the values it may take (a number >= 0 and < 1)" in (
-        result.warnings[-1]
+    assert (
+        "native_engine.overhead_cut: 0 lies on the edge of the values it may take (a number >= 0 and < 1)"
+        in (result.warnings[-1])
     )
     assert len(calls) < 150
     assert None not in result.loo_residuals
@@ -323,11 +324,29 @@ def test_a_value_pushed_toward_an_open_end_stops_just_inside_it(monkeypatch: pyt
     cal = eb.parse_calibration(doc)
 
     def tool_cost(c: float) -> float:
-        at = eb.recalibrate(doc, cal, [(("native_engine", "overhead_cut"), c)] + [
-            (("stronger_drafter", "spec_scale"), spec_scale)])[1]  # fmt: skip
+        changes = [(("native_engine", "overhead_cut"), c), (("stronger_drafter", "spec_scale"), spec_scale)]
+        at = eb.recalibrate(doc, cal, changes)[1]
         return sum(p.residual**2 for p in eb.predictions(at))
 
     assert cut == pytest.approx(golden(tool_cost, 0.0, 0.999), rel=1e-6)
+
+
+def test_leave_one_out_refits_leave_a_value_on_its_edge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trees of budget 24-31 at twice what the curve allows push the time at M = 32 toward 0; there no change
+    of it moves a prediction, and the refits leave it on its edge and fit the cut (before: every one null)."""
+    doc = default_doc()
+    trees = [{"drafter": "current", "pipeline": "native", "budget": b, "accept": 4.4, "tok_s": t} for b, t in
+             ((24, 900), (31, 880), (28, 890))]  # fmt: skip
+    doc["measurements"] = [*trees, logged(0.3, 8.0)[3]]
+    paths = ["native_engine.overhead_cut", "moe_curve.points[2].ms"]
+    result = fit_of(doc, paths)
+    assert result.values[1].value == pytest.approx(23.8e-9, rel=1e-6)
+    assert "moe_curve.points[2].ms: 2.38e-08 lies on the edge" in result.warnings[-1]
+    for i in range(len(doc["measurements"])):
+        rest = {**doc, "measurements": doc["measurements"][:i] + doc["measurements"][i + 1 :]}
+        refit = fit_of(rest, paths)
+        at = eb.recalibrate(doc, eb.parse_calibration(doc), [(eb.parse_path(v.path), v.value) for v in refit.values])
+        assert result.loo_residuals[i] == pytest.approx(eb.predictions(at[1])[i].residual, abs=1e-8)
 
 
 def test_leave_one_out_equals_explicit_refits() -> None:
