@@ -325,11 +325,13 @@ def replace_names(formula: str, names: Iterable[str], by: Callable[[str], str]) 
     return "".join([*out, formula[i:]])
 
 
+@functools.lru_cache(maxsize=64)  # one hardware, every M: a fit reads the curve at each measured tree's M
 def bandwidth_ratio(hardware: Hardware) -> Figure:
     """Target over reference memory bandwidth: 8.0 / 1.8 = 4.444 for B300 vs RTX PRO 6000."""
     return derive("bandwidth ratio", "target bandwidth / reference bandwidth", "ratio", *_bandwidths(hardware))
 
 
+@functools.lru_cache(maxsize=64)
 def _bandwidths(hardware: Hardware) -> tuple[Figure, Figure]:
     """The target's and the reference GPU's memory bandwidth, as inputs."""
     target, reference = hardware.target.mem_bandwidth_tb_s, hardware.reference.mem_bandwidth_tb_s
@@ -360,12 +362,16 @@ def _moe_time(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, 
             "moe_curve.points", f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {curve.fit}) at M = {m} "
             f"gives {at.value:.4g} ms; expected a positive time: add a measured point nearer M = {m}"
         )  # fmt: skip
-    floor = None
-    if model:
-        read = moe_gb_per_gpu(model, curve.tp, m)
-        floor = derive("MoE floor", f"{read.name} / target bandwidth", "ms", read, _bandwidths(hardware)[0])
+    floor = moe_floor(hardware, model, curve.tp, m) if model else None
     time = derive(f"MoE({m})", f"{at.name} / bandwidth ratio", "ms", at, bandwidth_ratio(hardware))
     return MoeTime(m, time, not curve.points[0].m <= m <= curve.points[-1].m, floor)
+
+
+@functools.lru_cache(maxsize=1024)  # it reads no time of the curve: a fit that moves them leaves it be
+def moe_floor(hardware: Hardware, model: ModelGeometry, tp: int, m: int) -> Figure:
+    """The MoE weight read of one step at 100% of the target's bandwidth."""
+    read = moe_gb_per_gpu(model, tp, m)
+    return derive("MoE floor", f"{read.name} / target bandwidth", "ms", read, _bandwidths(hardware)[0])
 
 
 def curve_at(curve: MoeCurve, model: ModelGeometry | None, m: int) -> Figure:
