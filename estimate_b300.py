@@ -2047,6 +2047,7 @@ def fit(
             return None
 
     domains = [domain for _, domain in keys]
+    ends = [_ends(domain, x) for domain, x in zip(domains, start, strict=True)]  # the refits keep the same ones
     before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
     r0 = [p.residual for p in before]
     roots: list[float] = []
@@ -2059,15 +2060,15 @@ def fit(
         roots, method = _roots(gap, domains[0], start[0], names[0], measurements[0], option)
         values = [roots.pop(0)]
     else:
-        _check_identifiable(_jacobian(residuals, start, r0, domains), start, names, measurements, option)
-        values = _levenberg_marquardt(residuals, start, r0, domains)
+        _check_identifiable(_jacobian(residuals, start, r0, ends), start, names, measurements, option)
+        values = _levenberg_marquardt(residuals, start, r0, ends)
         method = "least squares of ln tok/s (Levenberg-Marquardt)"
     loo: list[float | None] = [None] * len(measurements)
     warnings = []
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
         r_full = residuals(values)
         assert r_full is not None  # the fit only moves to values where the calibration holds
-        j_full = _jacobian(residuals, values, r_full, domains)
+        j_full = _jacobian(residuals, values, r_full, ends)
         on_edge = {k for k, (v, d, s) in enumerate(zip(values, domains, start, strict=True)) if _at_edge(v, d, s)}
 
         def refit_without(i: int) -> tuple[float | None, int]:
@@ -2083,7 +2084,7 @@ def fit(
             except CalibrationError:  # without it the values cannot be told apart: no refit
                 return None, 0
             rest_residuals = functools.partial(residuals, among=rest)
-            refit = _levenberg_marquardt(rest_residuals, values, r_rest, domains, columns, iterations=10)
+            refit = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns, iterations=10)
             r_out = residuals(refit, [measurements[i]])
             return None if r_out is None else r_out[0], spent[0]
 
@@ -2136,15 +2137,15 @@ Residuals = Callable[[Sequence[float]], "list[float] | None"]
 
 
 def _jacobian(
-    residuals: Residuals, values: Sequence[float], r0: Sequence[float], domains: Sequence[Domain]
+    residuals: Residuals, values: Sequence[float], r0: Sequence[float], ends: Sequence[tuple[float, float]]
 ) -> list[list[float]]:
-    """Forward differences, one column per value (backward where forward leaves the domain)."""
+    """Forward differences, one column per value (backward where forward passes its end)."""
     columns = []
-    for j, (value, domain) in enumerate(zip(values, domains, strict=True)):
+    for j, (value, (low, high)) in enumerate(zip(values, ends, strict=True)):
         step = 1e-6 * _scale(value)
         for h in (step, -step):
             moved = [*values[:j], value + h, *values[j + 1 :]]
-            if value + h in domain and (r := residuals(moved)) is not None:
+            if low <= value + h <= high and (r := residuals(moved)) is not None:
                 columns.append([(a - b) / h for a, b in zip(r, r0, strict=True)])
                 break
         else:
@@ -2215,21 +2216,21 @@ def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list
 
 
 def _levenberg_marquardt(
-    residuals: Residuals, start: Sequence[float], r0: Sequence[float], domains: Sequence[Domain],
+    residuals: Residuals, start: Sequence[float], r0: Sequence[float], ends: Sequence[tuple[float, float]],
     columns: list[list[float]] | None = None, iterations: int = 100,
 ) -> list[float]:  # fmt: skip
-    """Minimise the sum of squared residuals from `start`, each value kept inside its domain.
+    """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends).
 
-    A step that would take a value past an end of its domain stops it at that end (just inside an
-    open one); there it is held while the cost falls outward, and the other values move without it.
+    A step that would take a value past an end stops it there; there it is held while the cost falls
+    outward, and the other values move without it.
     `columns` is the Jacobian at `start` when the caller has it. It stops when a step no longer lowers
-    the cost by more than float noise, or no longer moves the values, or after `iterations` steps.
+    the cost by more than float noise, or no longer moves the values, or lowers it by what the Jacobian
+    foresaw, to float noise (a step from there would gain float noise), or after `iterations` steps.
     """
     values, r, cost, damping = list(start), list(r0), sum(x * x for x in r0), 1e-3
-    ends = [_ends(domain, x) for domain, x in zip(domains, start, strict=True)]
     for _ in range(iterations):
         bounds = list(zip(values, ends, strict=True))
-        columns = columns or _jacobian(residuals, values, r, domains)
+        columns = columns or _jacobian(residuals, values, r, ends)
         a = _products(columns, columns)  # J^T J
         g = [row[0] for row in _products(columns, [r])]  # J^T r
         pushed_out = [(x <= low and g[i] > 0) or (x >= high and g[i] < 0) for i, (x, (low, high)) in enumerate(bounds)]
@@ -2244,11 +2245,21 @@ def _levenberg_marquardt(
             if (rt := residuals(trial)) is not None and (ct := sum(x * x for x in rt)) < cost:
                 break
             damping *= 10
-        converged = cost - ct <= 1e-12 * cost or ct <= 1e-30 or moved <= 1e-10
+        gain, foreseen = cost - ct, cost - sum(x * x for x in _linear(r, columns, step))
+        clipped = any(t != x + step.get(i, 0.0) for i, (t, x) in enumerate(zip(trial, values, strict=True)))
+        converged = (
+            gain <= 1e-12 * cost or ct <= 1e-30 or moved <= 1e-10
+            or (not clipped and abs(gain - foreseen) <= 1e-12 * cost)  # the linear model holds to float noise here
+        )  # fmt: skip
         values, r, cost, damping, columns = trial, rt, ct, max(damping / 10, 1e-12), None
         if converged:
             return values
     return values
+
+
+def _linear(r: Sequence[float], columns: list[list[float]], step: dict[int, float]) -> list[float]:
+    """The residuals after a step as the Jacobian foresees them: r + J step."""
+    return [x + sum(columns[j][k] * d for j, d in step.items()) for k, x in enumerate(r)]
 
 
 def _products(rows: list[list[float]], columns: Sequence[Sequence[float]]) -> list[list[float]]:

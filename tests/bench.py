@@ -180,7 +180,8 @@ def fits() -> None:
         r0 = residuals(start)
         assert r0 is not None
         t0 = time.perf_counter()
-        eb._levenberg_marquardt(residuals, start, r0, [d for _, d in keys])  # the least squares alone
+        ends = [eb._ends(domain, x) for (_, domain), x in zip(keys, start, strict=True)]
+        eb._levenberg_marquardt(residuals, start, r0, ends)  # the least squares alone
         alone = time.perf_counter() - t0
         t0 = time.perf_counter()
         eb.fit(doc, cal, paths[:p], cal.measurements)

@@ -117,3 +117,19 @@ def _project_root_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
 def flat(text: str) -> str:
     """Text with every run of white space one space: what a reader sees once lines are wrapped to the width."""
     return " ".join(text.split())
+
+
+def on_cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> list[int]:
+    """Make the tool see n CPUs, so that a large run forks up to n workers; the list gathers their pids."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)))
+    forked: list[int] = []
+    fork = os.fork
+
+    def counted() -> int:
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", counted)
+    return forked

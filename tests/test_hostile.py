@@ -25,6 +25,7 @@ from conftest import (
     assert_clean_error,
     default_doc,
     mutated,
+    on_cpus,
     run_main,
     run_script,
 )
@@ -518,22 +519,6 @@ def test_sweeps_warn_as_set_does_once_per_kind(capsys: pytest.CaptureFixture[str
 
 
 # --- Large runs spread over the CPUs ----------------------------------------------------------
-
-
-def on_cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> list[int]:
-    """Make the tool see n CPUs, so that a large run forks up to n workers; the list gathers their pids."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)))
-    forked: list[int] = []
-    fork = os.fork
-
-    def counted() -> int:
-        pid = fork()
-        if pid:
-            forked.append(pid)
-        return pid
-
-    monkeypatch.setattr(os, "fork", counted)
-    return forked
 
 
 def on_two_cpus(tmp_path: Path) -> str:
