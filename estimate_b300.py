@@ -381,8 +381,8 @@ def curve_at(curve: MoeCurve, model: ModelGeometry | None, m: int) -> Figure:
     curve(33) = 8.85 + (33 - 9) * (23.8 - 8.85) / (32 - 9) = 24.45 ms.
     """
     if curve.fit == "experts" and model:
-        fit, distinct = fit_experts(curve.points, model), distinct_experts(model, m)
-        return derive(f"curve({m})", f"t0 + t_expert * {distinct.name}", "ms", fit.t0, fit.t_expert, distinct)
+        (t0, t_expert), distinct = experts_line(curve.points, model), distinct_experts(model, m)
+        return derive(f"curve({m})", f"t0 + t_expert * {distinct.name}", "ms", t0, t_expert, distinct)
     points = curve.points
     at_or_above = bisect.bisect_left(points, m, key=operator.attrgetter("m"))
     if at_or_above < len(points) and points[at_or_above].m == m:
@@ -757,26 +757,42 @@ class ExpertsFit(NamedTuple):
     residuals_ms: tuple[tuple[int, float], ...]  # (M, measured - fitted) at each point
 
 
-@functools.lru_cache(maxsize=64)
 def fit_experts(points: CurvePoints, model: ModelGeometry) -> ExpertsFit:
-    """Ordinary least squares over every curve point.
+    """The experts line through the curve's points, and each point's residual from it."""
+    t0, t_expert = experts_line(points, model)
+    distinct = [distinct_experts(model, p.m).value for p in points]
+    residuals = tuple((p.m, p.ms - (t0.value + t_expert.value * x)) for p, x in zip(points, distinct, strict=True))
+    return ExpertsFit(t0, t_expert, residuals)
 
-    Distinct experts flatten as a batch touches nearly all of them, so this reads
-    large M far better than a straight line in M does.
+
+@functools.lru_cache(maxsize=64)
+def experts_line(points: CurvePoints, model: ModelGeometry) -> tuple[Figure, Figure]:
+    """Ordinary least squares of curve(M) = t0 + t_expert * x over every point, x = distinct(M):
+    t_expert = sum((x - mean x) * (y - mean y)) / Sxx and t0 = mean y - t_expert * mean x.
+
+    Distinct experts flatten as a batch touches nearly all of them, so this reads large M far better
+    than a straight line in M does. The x side depends on the points' Ms alone and is computed once.
     """
-    xs, ys = [distinct_experts(model, p.m).value for p in points], [p.ms for p in points]
-    x_mean, y_mean = sum(xs) / len(xs), sum(ys) / len(ys)
+    x_mean, weights = _experts_weights(tuple(p.m for p in points), model)
+    ys = [p.ms for p in points]
+    y_mean = sum(ys) / len(ys)
+    slope = sum(w * (y - y_mean) for w, y in zip(weights, ys, strict=True))
+    how = "least squares of curve(M) = t0 + t_expert * distinct(M) through the curve's points"
+    return Figure("t0", y_mean - slope * x_mean, "ms", how), Figure("t_expert", slope, "ms", how)
+
+
+@functools.lru_cache(maxsize=16)
+def _experts_weights(ms: tuple[int, ...], model: ModelGeometry) -> tuple[float, tuple[float, ...]]:
+    """mean x, and each point's (x - mean x) / Sxx: what turns the times into the slope."""
+    xs = [distinct_experts(model, m).value for m in ms]
+    x_mean = sum(xs) / len(xs)
     sxx = sum((x - x_mean) ** 2 for x in xs)
     if sxx <= ROUNDING * max(x_mean * x_mean, 1.0):
         raise CalibrationError(
             "moe_curve.fit", "every point touches the same number of distinct experts (experts_per_token = "
             'routed_experts?); expected points the experts fit can tell apart, or fit "linear"'
         )  # fmt: skip
-    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / sxx
-    t0 = y_mean - slope * x_mean
-    residuals = tuple((p.m, p.ms - (t0 + slope * x)) for p, x in zip(points, xs, strict=True))
-    how = "least squares of curve(M) = t0 + t_expert * distinct(M) through the curve's points"
-    return ExpertsFit(Figure("t0", t0, "ms", how), Figure("t_expert", slope, "ms", how), residuals)
+    return x_mean, tuple((x - x_mean) / sxx for x in xs)
 
 
 @functools.lru_cache(maxsize=1024)
