@@ -287,16 +287,19 @@ def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
 
 
 _COMPILED: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # formula text -> the function it spells
+_CODES: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # its code (v[0].value - v[1].value) -> the same
 
 
 def _compile(formula: str, inputs: tuple[Figure, ...]) -> Callable[[tuple[Figure, ...]], float]:
-    """'AR step - MoE(1)' -> lambda v: v[0].value - v[1].value. A formula text always names the same inputs."""
+    """'AR step - MoE(1)' -> lambda v: v[0].value - v[1].value. A formula text always names the same inputs;
+    formulas that differ only in the names (peak read(9), peak read(33)) share the code."""
     index = {f.name: i for i, f in enumerate(inputs)}
     code = replace_names(formula, index, lambda name: f"v[{index[name]}].value").replace("^", "**")
     if len(_COMPILED) > 4096:  # formulas that name an M (curve(33)) are many in a sweep of budgets
         _COMPILED.clear()
-    compute: Callable[[tuple[Figure, ...]], float] = eval(f"lambda v: {code}", {"__builtins__": {}})
-    _COMPILED[formula] = compute
+        _CODES.clear()
+    compute = _CODES.get(code) or eval(f"lambda v: {code}", {"__builtins__": {}})
+    _COMPILED[formula] = _CODES[code] = compute
     return compute
 
 
