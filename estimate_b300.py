@@ -1808,10 +1808,19 @@ def _list(spec: str) -> tuple[object, ...]:
     return tuple(map(parse_value, items))
 
 
+class SweepRow(NamedTuple):
+    """What a sweep's table shows of one point: its values, and each scenario's step and throughput."""
+
+    values: tuple[tuple[str, object], ...]
+    scenarios: tuple[tuple[str, str, str], ...]  # drafter, pipeline, label: one tuple for the points that share it
+    numbers: tuple[tuple[float, bool, float], ...]  # step ms, whether MoE was extrapolated, tok/s
+
+
 class SweepPlan(NamedTuple):
     """A sweep whose every point has been checked once; `points()` estimates them again, one at a time.
 
-    So a renderer reads a sweep of any size in flat memory, and a bad point is an error before any output.
+    So JSON and CSV read a sweep of any size in flat memory, and a bad point is an error before any output.
+    A table holds its rows anyway: for one, the check keeps what it shows of each point in `rows`.
     """
 
     sweeps: tuple[Sweep, ...]
@@ -1821,6 +1830,7 @@ class SweepPlan(NamedTuple):
     size: int  # the number of points
     warnings: tuple[str, ...] = ()  # over every point, each kind once with the number of points it holds at
     extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
+    rows: tuple[SweepRow, ...] = ()  # what a table shows of each point, when the check was asked to keep it
 
     def points(self, start: int = 0, stop: int | None = None) -> Iterator[SweepPoint]:
         """The combinations of the sweeps' values from `start` to `stop`, the first sweep outermost,
@@ -1844,8 +1854,11 @@ class SweepPlan(NamedTuple):
         return over_cpus([functools.partial(work, self.points(i, i + SWEEP_CHUNK), i) for i in starts])
 
 
-def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str) -> SweepPlan:
-    """Estimate every point once, so that a bad one is an error before anything is printed; gather warnings."""
+def plan_sweep(
+    doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str, keep_rows: bool = False
+) -> SweepPlan:
+    """Estimate every point once, so that a bad one is an error before anything is printed; gather warnings;
+    with `keep_rows`, keep what a table shows of each point (a table holds its rows anyway)."""
     count = math.prod(len(s.values) for s in sweeps)
     if count > MAX_SWEEP_POINTS:
         raise CalibrationError(
@@ -1854,25 +1867,36 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
     plan = SweepPlan(tuple(sweeps), doc, cal, label, count)
     seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
     extrapolated: set[int] = set()
-    for found, ms in plan.in_chunks(_check_points):
+    rows: list[SweepRow] = []
+    for found, ms, kept in plan.in_chunks(functools.partial(_check_points, keep_rows=keep_rows)):
         for kind, (n, at, first) in found.items():
             before, at, first = seen.get(kind, (0, at, first))
             seen[kind] = (before + n, at, first)
         extrapolated |= ms
+        rows += kept
     warnings = [f"at {n} of {count} sweep points (the first at {at}): {first}" for n, at, first in seen.values()]
-    return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)))
+    return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), rows=tuple(rows))
 
 
-def _check_points(points: Iterator[SweepPoint], _: int) -> tuple[dict[str, tuple[int, str, str]], set[int]]:
-    """Some points' warnings (kind -> how many, the first point's values, its message) and extrapolated Ms."""
+def _check_points(
+    points: Iterator[SweepPoint], _: int, keep_rows: bool
+) -> tuple[dict[str, tuple[int, str, str]], set[int], list[SweepRow]]:
+    """Some points' warnings (kind -> how many, the first point's values, its message), extrapolated Ms, and
+    with `keep_rows` what a table shows of them."""
     seen: dict[str, tuple[int, str, str]] = {}
     extrapolated: set[int] = set()
+    rows: list[SweepRow] = []
     for point in points:
         for kind, message in physical_warnings(point.calibration, point.scenarios):
             n, at, first = seen.get(kind, (0, _point_text(point.values), message))
             seen[kind] = (n + 1, at, first)
         extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
-    return seen, extrapolated
+        if keep_rows:
+            names = tuple((r.drafter, r.pipeline, r.label) for r in point.scenarios)
+            names = rows[-1].scenarios if rows and rows[-1].scenarios == names else names  # held once
+            numbers = tuple((r.step_ms, r.moe_extrapolated, r.tok_s) for r in point.scenarios)
+            rows.append(SweepRow(point.values, names, numbers))
+    return seen, extrapolated, rows
 
 
 def _point_text(values: Iterable[tuple[str, object]]) -> str:
@@ -2485,6 +2509,7 @@ class Options(NamedTuple):
     measured: tuple[tuple[ScenarioSpec, float], ...] = ()  # throughputs --measured adds to the calibration's log
     fit: tuple[str, ...] = ()  # key paths to fit to the measurements
     headline_band: bool = False  # the uncertainty band of the headline estimate, when the output shows it
+    sweep_rows: bool = False  # a sweep's rows kept as it is checked, when the output is a table
 
 
 class Provenance(NamedTuple):
@@ -2544,7 +2569,7 @@ def build_report(options: Options) -> Report:
             cal = reread(cal, doc, [("ranges",)]) if cal.ranges else cal  # relative ranges follow the values found
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
-        sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
+        sweep = plan_sweep(doc, cal, options.sweeps, label, options.sweep_rows) if options.sweeps else None
         top = headline_of(doc, cal, est, options.headline_band, sens)
     except CalibrationError as exc:
         exc.file = exc.file or label
@@ -2851,14 +2876,14 @@ def calibration_section(report: Report, style: Style) -> Section:
     return Section("Calibration", title, body)
 
 
-def _mark(row: Scenario) -> str:
-    return "*" if row.moe_extrapolated else ""
+def _mark(extrapolated: bool) -> str:
+    return "*" if extrapolated else ""
 
 
 SCENARIO_COLUMNS = [  # both drafters' tables, and the sweep's, in one order
     Column("pipeline", lambda r: PIPELINE_LABELS[r.pipeline].removesuffix(" engine")),
     Column("accept", lambda r: r.accept, "g"),
-    Column("MoE", lambda r: f"{r.moe_ms:.2f}{_mark(r)}", "s"),
+    Column("MoE", lambda r: f"{r.moe_ms:.2f}{_mark(r.moe_extrapolated)}", "s"),
     Column("ATTN_BASE", lambda r: r.attn_base_ms, ".2f"),
     Column("SPEC", lambda r: r.spec_ms, ".2f"),
     Column("step", lambda r: r.step_ms, ".2f"),
@@ -3002,11 +3027,12 @@ def sweep_section(report: Report, style: Style) -> Section:
     columns = [Column(format_path(sweep.path), operator.itemgetter(i)) for i, sweep in enumerate(report.sweep.sweeps)]
     where: dict[str, int] = {}  # a column's header -> its place
     rows = []
-    for point in report.sweep.points():
+    for point in report.sweep.rows:
         cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(point.values)}
-        for row in point.scenarios:
-            headers = [(f"{row.drafter}/{row.pipeline} step ms", f"{row.step_ms:.2f}{_mark(row)}", "s"),
-                       (f"{row.label} tok/s", row.tok_s, ".0f")]  # fmt: skip
+        shown = zip(point.scenarios, point.numbers, strict=True)
+        for (drafter, pipeline, label), (step_ms, extrapolated, tok_s) in shown:
+            headers = [(f"{drafter}/{pipeline} step ms", f"{step_ms:.2f}{_mark(extrapolated)}", "s"),
+                       (f"{label} tok/s", tok_s, ".0f")]  # fmt: skip
             for header, value, fmt in headers:
                 if header not in where:
                     where[header] = len(columns)
@@ -3884,8 +3910,8 @@ def _run(argv: list[str]) -> int:
             )
             return 1
         _check_usage(args)
-        shows_headline = args.format in ("table", "markdown") and not (args.explain or args.sweep)
-        report = build_report(parse_options(args)._replace(headline_band=shows_headline))
+        tables = args.format in ("table", "markdown") and not args.explain
+        report = build_report(parse_options(args)._replace(headline_band=tables and not args.sweep, sweep_rows=tables))
     except CalibrationError as exc:
         say(f"estimate_b300: {exc}")
         return 2

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import assert_clean_error, default_doc, default_estimate, find, flat, run_main
+from conftest import assert_clean_error, default_doc, default_estimate, find, flat, on_cpus, run_main
 
 import estimate_b300 as eb
 
@@ -179,6 +179,23 @@ def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
     row = next(line for line in lines if line.startswith("0.2 "))
     assert f"{native_tok_s(14, 0.2):.0f}" in row.split()
     assert "stronger/native" in out and "step ms" in out
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_a_sweep_table_estimates_each_point_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """The check that runs before any output keeps what a table shows; JSON, which streams, estimates twice."""
+    on_cpus(monkeypatch, 1)  # in this process, where the calls are counted
+    calls: list[int] = []
+    scenarios = eb.scenarios
+    monkeypatch.setattr(eb, "scenarios", lambda cal: calls.append(1) or scenarios(cal))
+    sweep = ["--sweep", "native_engine.overhead_cut=0.1:0.5:0.01"]  # 41 points
+    run_main(capsys, *sweep, "--format", "json")
+    as_json, calls[:] = len(calls), []
+    table = run_main(capsys, *sweep, "--format", fmt).out
+    assert len(calls) == as_json - 41
+    assert "Sweep: 41 points" in table
 
 
 @pytest.mark.parametrize(
