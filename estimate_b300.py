@@ -207,6 +207,10 @@ class Domain(NamedTuple):
         above = value > self.low or (not self.low_open and value == self.low)
         return above and (value < self.high or (not self.high_open and value == self.high))
 
+    @property
+    def ends(self) -> tuple[float, float]:
+        return self.low, self.high
+
     def describe(self) -> str:
         """In words: Domain() -> 'a number > 0'."""
         if self.integer:
@@ -287,7 +291,7 @@ def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
 
 
 _COMPILED: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # formula text -> the function it spells
-_CODES: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # its code (v[0].value - v[1].value) -> the same
+_CODES: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # the code of a formula -> the same function
 
 
 def _compile(formula: str, inputs: tuple[Figure, ...]) -> Callable[[tuple[Figure, ...]], float]:
@@ -370,9 +374,9 @@ def _moe_time(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, 
     return MoeTime(m, time, not curve.points[0].m <= m <= curve.points[-1].m, floor)
 
 
-@functools.lru_cache(maxsize=1024)  # it reads no time of the curve: a fit that moves them leaves it be
+@functools.lru_cache(maxsize=1024)  # keyed without the curve: a fit that moves the curve's times finds it here
 def moe_floor(hardware: Hardware, model: ModelGeometry, tp: int, m: int) -> Figure:
-    """The MoE weight read of one step at 100% of the target's bandwidth."""
+    """The time in ms of one step's MoE weight read at 100% of the target's bandwidth."""
     read = moe_gb_per_gpu(model, tp, m)
     return derive("MoE floor", f"{read.name} / target bandwidth", "ms", read, _bandwidths(hardware)[0])
 
@@ -752,11 +756,18 @@ def moe_gb_per_gpu(model: ModelGeometry, tp: int, m: int) -> Figure:
     return derive(f"GB per GPU({m})", formula, "GB", layers, distinct, expert, shared, ranks)
 
 
-class ExpertsFit(NamedTuple):
+class ExpertsLine(NamedTuple):
     """curve(M) = t0 + t_expert * distinct(M), least squares over the curve's points."""
 
     t0: Figure
     t_expert: Figure  # per distinct routed expert per layer touched by the batch
+
+
+class ExpertsFit(NamedTuple):
+    """The experts line, and how far each curve point lies from it."""
+
+    t0: Figure
+    t_expert: Figure
     residuals_ms: tuple[tuple[int, float], ...]  # (M, measured - fitted) at each point
 
 
@@ -769,7 +780,7 @@ def fit_experts(points: CurvePoints, model: ModelGeometry) -> ExpertsFit:
 
 
 @functools.lru_cache(maxsize=64)
-def experts_line(points: CurvePoints, model: ModelGeometry) -> tuple[Figure, Figure]:
+def experts_line(points: CurvePoints, model: ModelGeometry) -> ExpertsLine:
     """Ordinary least squares of curve(M) = t0 + t_expert * x over every point, x = distinct(M):
     t_expert = sum((x - mean x) * (y - mean y)) / Sxx and t0 = mean y - t_expert * mean x.
 
@@ -781,7 +792,7 @@ def experts_line(points: CurvePoints, model: ModelGeometry) -> tuple[Figure, Fig
     y_mean = sum(ys) / len(ys)
     slope = sum(w * (y - y_mean) for w, y in zip(weights, ys, strict=True))
     how = "least squares of curve(M) = t0 + t_expert * distinct(M) through the curve's points"
-    return Figure("t0", y_mean - slope * x_mean, "ms", how), Figure("t_expert", slope, "ms", how)
+    return ExpertsLine(Figure("t0", y_mean - slope * x_mean, "ms", how), Figure("t_expert", slope, "ms", how))
 
 
 @functools.lru_cache(maxsize=16)
@@ -1812,15 +1823,22 @@ class SweepRow(NamedTuple):
     """What a sweep's table shows of one point: its values, and each scenario's step and throughput."""
 
     values: tuple[tuple[str, object], ...]
-    scenarios: tuple[tuple[str, str, str], ...]  # drafter, pipeline, label: one tuple for the points that share it
-    numbers: tuple[tuple[float, bool, float], ...]  # step ms, whether MoE was extrapolated, tok/s
+    names: tuple[tuple[str, str, str], ...]  # each scenario's drafter, pipeline and label
+    numbers: tuple[tuple[float, bool, float], ...]  # each scenario's step_ms, moe_extrapolated and tok_s
+
+    @staticmethod
+    def of(point: SweepPoint, before: "SweepRow | None" = None) -> "SweepRow":
+        """The row of a point; its names are the point before's when they are equal, held once."""
+        names = tuple((r.drafter, r.pipeline, r.label) for r in point.scenarios)
+        names = before.names if before and before.names == names else names
+        return SweepRow(point.values, names, tuple((r.step_ms, r.moe_extrapolated, r.tok_s) for r in point.scenarios))
 
 
 class SweepPlan(NamedTuple):
     """A sweep whose every point has been checked once; `points()` estimates them again, one at a time.
 
     So JSON and CSV read a sweep of any size in flat memory, and a bad point is an error before any output.
-    A table holds its rows anyway: for one, the check keeps what it shows of each point in `rows`.
+    A table holds its rows anyway: for a table, the check keeps what it shows of each point in `rows`.
     """
 
     sweeps: tuple[Sweep, ...]
@@ -1830,7 +1848,7 @@ class SweepPlan(NamedTuple):
     size: int  # the number of points
     warnings: tuple[str, ...] = ()  # over every point, each kind once with the number of points it holds at
     extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
-    rows: tuple[SweepRow, ...] = ()  # what a table shows of each point, when the check was asked to keep it
+    rows: tuple[SweepRow, ...] | None = None  # what a table shows of each point, if the check was asked to keep it
 
     def points(self, start: int = 0, stop: int | None = None) -> Iterator[SweepPoint]:
         """The combinations of the sweeps' values from `start` to `stop`, the first sweep outermost,
@@ -1875,7 +1893,8 @@ def plan_sweep(
         extrapolated |= ms
         rows += kept
     warnings = [f"at {n} of {count} sweep points (the first at {at}): {first}" for n, at, first in seen.values()]
-    return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), rows=tuple(rows))
+    table = tuple(rows) if keep_rows else None
+    return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), rows=table)
 
 
 def _check_points(
@@ -1892,10 +1911,7 @@ def _check_points(
             seen[kind] = (n + 1, at, first)
         extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
         if keep_rows:
-            names = tuple((r.drafter, r.pipeline, r.label) for r in point.scenarios)
-            names = rows[-1].scenarios if rows and rows[-1].scenarios == names else names  # held once
-            numbers = tuple((r.step_ms, r.moe_extrapolated, r.tok_s) for r in point.scenarios)
-            rows.append(SweepRow(point.values, names, numbers))
+            rows.append(SweepRow.of(point, rows[-1] if rows else None))
     return seen, extrapolated, rows
 
 
@@ -2112,14 +2128,16 @@ def fit(
         r_full = residuals(values)
         assert r_full is not None  # the fit only moves to values where the calibration holds
         j_full = _jacobian(residuals, values, r_full, ends)
-        on_edge = {k for k, (v, d, s) in enumerate(zip(values, domains, start, strict=True)) if _at_edge(v, d, s)}
+        # A value the full fit left on an edge may stay there, so only the others need the rest to tell them
+        # apart. (Should a refit move such a value off its edge, it is refitted unchecked; a value that moves
+        # no prediction then takes no step, as _solve_linear gives a zero pivot none.)
+        free = [k for k, (v, d, s) in enumerate(zip(values, domains, start, strict=True)) if not _at_edge(v, d, s)]
 
         def refit_without(i: int) -> tuple[float | None, int]:
             """Measurement i's residual when the fit is made without it, and the predictions that took."""
             spent[0] = 0
             rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
             columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
-            free = [k for k in range(len(keys)) if k not in on_edge]  # a value on an edge may stay there
             try:
                 if free:
                     free_values, free_names = [values[k] for k in free], [names[k] for k in free]
@@ -2167,13 +2185,16 @@ def _ends(domain: Domain, start: float) -> tuple[float, float]:
 
 
 def _at_edge(value: float, domain: Domain, start: float) -> bool:
-    """Within 1e-6 of its size of an end: where the fit stops a value that the measurements push past it."""
-    return any(math.isfinite(end) and abs(value - end) <= 1e-6 * _size(domain, start) for end in domain[:2])
+    """Within 1e-6 of its size of an end: where the fit stops a value that the measurements push past it
+    (and where an interior minimum that close to an end is told of as on the edge too)."""
+    return any(math.isfinite(end) and abs(value - end) <= 1e-6 * _size(domain, start) for end in domain.ends)
 
 
 def _size(domain: Domain, start: float) -> float:
-    """How large a fitted value counts as: its start, or its domain's largest finite end; at least 1e-9."""
-    return max([abs(end) for end in domain[:2] if math.isfinite(end)] + [abs(start), 1e-9])
+    """How large a fitted value counts as: the largest of its start and its domain's finite ends, at least 1e-9.
+    Fixed from the start, so that the margin inside an open end is one place, which a value reaches and stays
+    at, not a step that shrinks as the value creeps toward the end."""
+    return max([abs(end) for end in domain.ends if math.isfinite(end)] + [abs(start), 1e-9])
 
 
 Residuals = Callable[[Sequence[float]], "list[float] | None"]
@@ -2265,39 +2286,48 @@ def _levenberg_marquardt(
     """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends).
 
     A step that would take a value past an end stops it there; there it is held while the cost falls
-    outward, and the other values move without it.
-    `columns` is the Jacobian at `start` when the caller has it. It stops when a step no longer lowers
-    the cost by more than float noise, or no longer moves the values, or lowers it by what the Jacobian
-    foresaw, to float noise (a step from there would gain float noise), or after `iterations` steps.
+    outward, and the other values move without it. `columns` is the Jacobian at `start` when the caller
+    has it. It stops when a step no longer lowers the cost by more than float noise, or no longer moves
+    the values, or after `iterations` steps; or when a step reached the minimum of the linear model
+    (r + J step) and lowered the cost by what that model foresaw, both to float noise: the model then
+    holds here, and a further step would gain float noise.
     """
     values, r, cost, damping = list(start), list(r0), sum(x * x for x in r0), 1e-3
     for _ in range(iterations):
-        bounds = list(zip(values, ends, strict=True))
         columns = columns or _jacobian(residuals, values, r, ends)
         a = _products(columns, columns)  # J^T J
         g = [row[0] for row in _products(columns, [r])]  # J^T r
-        pushed_out = [(x <= low and g[i] > 0) or (x >= high and g[i] < 0) for i, (x, (low, high)) in enumerate(bounds)]
-        free = [i for i, held in enumerate(pushed_out) if not held]
+        free = [  # not held at an end that the cost falls past
+            i for i, (x, (low, high)) in enumerate(zip(values, ends, strict=True))
+            if not ((x <= low and g[i] > 0) or (x >= high and g[i] < 0))
+        ]  # fmt: skip
         while True:
-            damped = [[a[i][j] * (1 + damping if i == j else 1) for j in free] for i in free]
-            step = dict(zip(free, _solve_linear(damped, [-g[i] for i in free]), strict=True))
-            trial = [min(max(x + step.get(i, 0.0), low), high) for i, (x, (low, high)) in enumerate(bounds)]
+            step = _step(a, g, free, damping)
+            moved_to = (x + step.get(i, 0.0) for i, x in enumerate(values))
+            trial = [min(max(x, low), high) for x, (low, high) in zip(moved_to, ends, strict=True)]
             moved = max(abs(t - x) / max(abs(x), 1e-12) for t, x in zip(trial, values, strict=True))
             if moved <= 1e-13 or damping > 1e12:
                 return values  # no step left to take: a minimum, as far as floats tell
             if (rt := residuals(trial)) is not None and (ct := sum(x * x for x in rt)) < cost:
                 break
             damping *= 10
-        gain, foreseen = cost - ct, cost - sum(x * x for x in _linear(r, columns, step))
-        clipped = any(t != x + step.get(i, 0.0) for i, (t, x) in enumerate(zip(trial, values, strict=True)))
+        taken = {i: t - x for i, (t, x) in enumerate(zip(trial, values, strict=True))}  # as clipped to the ends
+        foreseen, best = (cost - sum(x * x for x in _linear(r, columns, d)) for d in (taken, _step(a, g, free, 0.0)))
+        noise = 1e-12 * cost
         converged = (
-            gain <= 1e-12 * cost or ct <= 1e-30 or moved <= 1e-10
-            or (not clipped and abs(gain - foreseen) <= 1e-12 * cost)  # the linear model holds to float noise here
+            cost - ct <= noise or ct <= 1e-30 or moved <= 1e-10
+            or (best - foreseen <= noise and abs(cost - ct - foreseen) <= noise)
         )  # fmt: skip
         values, r, cost, damping, columns = trial, rt, ct, max(damping / 10, 1e-12), None
         if converged:
             return values
     return values
+
+
+def _step(a: list[list[float]], g: list[float], free: list[int], damping: float) -> dict[int, float]:
+    """The damped Gauss-Newton step of the free values, (J^T J + damping diag(J^T J)) step = -J^T r."""
+    damped = [[a[i][j] * (1 + damping if i == j else 1) for j in free] for i in free]
+    return dict(zip(free, _solve_linear(damped, [-g[i] for i in free]), strict=True))
 
 
 def _linear(r: Sequence[float], columns: list[list[float]], step: dict[int, float]) -> list[float]:
@@ -3027,10 +3057,10 @@ def sweep_section(report: Report, style: Style) -> Section:
     columns = [Column(format_path(sweep.path), operator.itemgetter(i)) for i, sweep in enumerate(report.sweep.sweeps)]
     where: dict[str, int] = {}  # a column's header -> its place
     rows = []
-    for point in report.sweep.rows:
-        cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(point.values)}
-        shown = zip(point.scenarios, point.numbers, strict=True)
-        for (drafter, pipeline, label), (step_ms, extrapolated, tok_s) in shown:
+    kept = report.sweep.rows if report.sweep.rows is not None else map(SweepRow.of, report.sweep.points())
+    for row in kept:
+        cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(row.values)}
+        for (drafter, pipeline, label), (step_ms, extrapolated, tok_s) in zip(row.names, row.numbers, strict=True):
             headers = [(f"{drafter}/{pipeline} step ms", f"{step_ms:.2f}{_mark(extrapolated)}", "s"),
                        (f"{label} tok/s", tok_s, ".0f")]  # fmt: skip
             for header, value, fmt in headers:
@@ -3910,8 +3940,9 @@ def _run(argv: list[str]) -> int:
             )
             return 1
         _check_usage(args)
-        tables = args.format in ("table", "markdown") and not args.explain
-        report = build_report(parse_options(args)._replace(headline_band=tables and not args.sweep, sweep_rows=tables))
+        shows_tables = args.format in ("table", "markdown") and not args.explain
+        options = parse_options(args)._replace(headline_band=shows_tables and not args.sweep, sweep_rows=shows_tables)
+        report = build_report(options)
     except CalibrationError as exc:
         say(f"estimate_b300: {exc}")
         return 2

@@ -133,3 +133,16 @@ def on_cpus(monkeypatch: pytest.MonkeyPatch, n: int) -> list[int]:
 
     monkeypatch.setattr(os, "fork", counted)
     return forked
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[object]:
+    """Count the calls of module.name from now on: the list gains the first argument of each."""
+    calls: list[object] = []
+    function = getattr(module, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0] if args else None)
+        return function(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls

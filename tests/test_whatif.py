@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import assert_clean_error, default_doc, default_estimate, find, flat, on_cpus, run_main
+from conftest import assert_clean_error, counting, default_doc, default_estimate, find, flat, on_cpus, run_main
 
 import estimate_b300 as eb
 
@@ -185,17 +186,33 @@ def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_sweep_table_estimates_each_point_once(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, fmt: str
 ) -> None:
-    """The check that runs before any output keeps what a table shows; JSON, which streams, estimates twice."""
+    """The check that runs before any output keeps what a table shows: 40 more points, 40 more estimates."""
     on_cpus(monkeypatch, 1)  # in this process, where the calls are counted
-    calls: list[int] = []
-    scenarios = eb.scenarios
-    monkeypatch.setattr(eb, "scenarios", lambda cal: calls.append(1) or scenarios(cal))
-    sweep = ["--sweep", "native_engine.overhead_cut=0.1:0.5:0.01"]  # 41 points
-    run_main(capsys, *sweep, "--format", "json")
-    as_json, calls[:] = len(calls), []
-    table = run_main(capsys, *sweep, "--format", fmt).out
-    assert len(calls) == as_json - 41
-    assert "Sweep: 41 points" in table
+    calls = counting(monkeypatch, eb, "scenarios")
+    for points, step in ((41, "0.01"), (81, "0.005")):
+        run_main(capsys, "--sweep", f"native_engine.overhead_cut=0.1:0.5:{step}", "--format", fmt)
+        calls.append(points)
+    first = calls.index(41)
+    assert len(calls) - first - 2 == first + 40
+
+
+def test_a_sweep_table_shows_what_json_gives(capsys: pytest.CaptureFixture[str]) -> None:
+    """A grid whose second sweep changes the stronger drafter's accept lengths, and so the table's columns."""
+    accepts = "stronger_drafter.accept=[12,14],[11],[12,14]"
+    sweeps = ["--sweep", "native_engine.overhead_cut=0.2,0.4", "--sweep", accepts]
+    points = run_main(capsys, *sweeps, "--format", "json").json()["sweep"]
+    table = run_main(capsys, *sweeps, "--tablefmt", "tsv", "--no-chart").out.splitlines()
+    start = next(i for i, line in enumerate(table) if line.startswith("native_engine.overhead_cut\t"))
+    names, *rows = ([cell.strip() for cell in line.split("\t")] for line in table[start : start + 7])
+    assert len(rows) == len(points) == 6
+    for row, point in zip(rows, points, strict=True):
+        cells = dict(itertools.zip_longest(names, row, fillvalue=""))  # TSV drops a row's empty cells at its end
+        tok_s = {f"{s['drafter']}/{s['pipeline']}@{s['accept']:g} tok/s": s for s in point["scenarios"]}
+        assert {name for name, cell in cells.items() if cell and "tok/s" in name} == tok_s.keys()
+        for name, s in tok_s.items():
+            assert cells[name] == f"{s['tok_s']:.0f}"
+            mark = "*" if s["moe_extrapolated"] else ""
+            assert cells[f"{s['drafter']}/{s['pipeline']} step ms"] == f"{s['step_ms']:.2f}{mark}"
 
 
 @pytest.mark.parametrize(
