@@ -2106,7 +2106,7 @@ def fit(
             return None
 
     domains = [domain for _, domain in keys]
-    ends = [_ends(domain, x) for domain, x in zip(domains, start, strict=True)]  # the refits keep the same ones
+    ends = [_ends(domain) for domain in domains]
     before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
     r0 = [p.residual for p in before]
     roots: list[float] = []
@@ -2131,7 +2131,7 @@ def fit(
         # A value the full fit left on an edge may stay there, so only the others need the rest to tell them
         # apart. (Should a refit move such a value off its edge, it is refitted unchecked; a value that moves
         # no prediction then takes no step, as _solve_linear gives a zero pivot none.)
-        free = [k for k, (v, d, s) in enumerate(zip(values, domains, start, strict=True)) if not _at_edge(v, d, s)]
+        free = [k for k, (v, d) in enumerate(zip(values, domains, strict=True)) if not _at_edge(v, d)]
 
         def refit_without(i: int) -> tuple[float | None, int]:
             """Measurement i's residual when the fit is made without it, and the predictions that took."""
@@ -2145,7 +2145,7 @@ def fit(
             except CalibrationError:  # without it the values cannot be told apart: no refit
                 return None, 0
             rest_residuals = functools.partial(residuals, among=rest)
-            refit = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns, iterations=10)
+            refit = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns)
             r_out = residuals(refit, [measurements[i]])
             return None if r_out is None else r_out[0], spent[0]
 
@@ -2172,29 +2172,29 @@ def fit(
     ]  # fmt: skip
     warnings += [
         f"{option} {v.path}: {v.value:.6g} lies on the edge of the values it may take ({d.describe()})"
-        for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d, v.previous)
+        for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d)
     ]  # fmt: skip
     return Fit(fit_values, before, predictions(calibrated(values), measurements), tuple(loo), tuple(roots),
                method, tuple(warnings))  # fmt: skip
 
 
-def _ends(domain: Domain, start: float) -> tuple[float, float]:
-    """The lowest and highest values a fit starting at `start` may try: an open end moved just inside it."""
-    margin = 1e-9 * _size(domain, start)
+def _ends(domain: Domain) -> tuple[float, float]:
+    """The lowest and highest values a fit may try: an open end moved just inside, by 1e-9 of the domain's size."""
+    margin = 1e-9 * _size(domain)
     return domain.low + (margin if domain.low_open else 0.0), domain.high - (margin if domain.high_open else 0.0)
 
 
-def _at_edge(value: float, domain: Domain, start: float) -> bool:
-    """Within 1e-6 of its size of an end: where the fit stops a value that the measurements push past it
-    (and where an interior minimum that close to an end is told of as on the edge too)."""
-    return any(math.isfinite(end) and abs(value - end) <= 1e-6 * _size(domain, start) for end in domain.ends)
+def _at_edge(value: float, domain: Domain) -> bool:
+    """Within 1e-6 of the domain's size of an end: where the fit stops a value that the measurements push past
+    it (and where an interior minimum that close to an end is told of as on the edge too)."""
+    return any(math.isfinite(end) and abs(value - end) <= 1e-6 * _size(domain) for end in domain.ends)
 
 
-def _size(domain: Domain, start: float) -> float:
-    """How large a fitted value counts as: the largest of its start and its domain's finite ends, at least 1e-9.
-    Fixed from the start, so that the margin inside an open end is one place, which a value reaches and stays
-    at, not a step that shrinks as the value creeps toward the end."""
-    return max([abs(end) for end in domain.ends if math.isfinite(end)] + [abs(start), 1e-9])
+def _size(domain: Domain) -> float:
+    """How large a domain counts as: its largest finite end, at least 1, as the calibration's quantities (ms,
+    TB/s, tok/s, shares and scales) are. Not the value's start, which may be anything --set put there: a
+    margin that scales with it would keep a value started at 1e12 above 1,000."""
+    return max([abs(end) for end in domain.ends if math.isfinite(end)] + [1.0])
 
 
 Residuals = Callable[[Sequence[float]], "list[float] | None"]

@@ -180,7 +180,7 @@ def fits() -> None:
         r0 = residuals(start)
         assert r0 is not None
         t0 = time.perf_counter()
-        ends = [eb._ends(domain, x) for (_, domain), x in zip(keys, start, strict=True)]
+        ends = [eb._ends(domain) for _, domain in keys]
         eb._levenberg_marquardt(residuals, start, r0, ends)  # the least squares alone
         alone = time.perf_counter() - t0
         t0 = time.perf_counter()
