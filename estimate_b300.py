@@ -2179,15 +2179,16 @@ def fit(
 
 
 def _ends(domain: Domain) -> tuple[float, float]:
-    """The lowest and highest values a fit may try: an open end moved just inside, by 1e-9 of the domain's size."""
-    margin = 1e-9 * _size(domain)
+    """The lowest and highest values a fit may try: an open end moved inside by 1e-6 of the domain's size, so
+    that a value held there still reads as inside it at the 6 digits the output gives (0.999999, not 1)."""
+    margin = 1e-6 * _size(domain)
     return domain.low + (margin if domain.low_open else 0.0), domain.high - (margin if domain.high_open else 0.0)
 
 
 def _at_edge(value: float, domain: Domain) -> bool:
-    """Within 1e-6 of the domain's size of an end: where the fit stops a value that the measurements push past
+    """Within 1e-5 of the domain's size of an end: where the fit stops a value that the measurements push past
     it (and where an interior minimum that close to an end is told of as on the edge too)."""
-    return any(math.isfinite(end) and abs(value - end) <= 1e-6 * _size(domain) for end in domain.ends)
+    return any(math.isfinite(end) and abs(value - end) <= 1e-5 * _size(domain) for end in domain.ends)
 
 
 def _size(domain: Domain) -> float:

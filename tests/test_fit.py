@@ -468,10 +468,14 @@ def test_a_relative_range_follows_the_fitted_value(
 
 
 def test_a_fit_on_the_edge_of_what_a_value_may_take_warns(capsys: pytest.CaptureFixture[str]) -> None:
-    """AR at 5000 tok/s natively would need a cut past 1 (3865 tok/s at 1); the best the fit can do is just below."""
+    """AR at 5000 tok/s natively would need a cut past 1 (3865 tok/s at 1); the best the fit can do is just below,
+    and it reads as below 1 where it is printed, so that it can be given to --set as it stands."""
     run = run_main(capsys, "--measured", "ar/native=5000", "--measured", "ar/native=6000", "--fit", FIT[1])
     assert run.code == 0
-    assert "lies on the edge of the values it may take (a number >= 0 and < 1)" in run.err
+    assert "0.999999 lies on the edge of the values it may take (a number >= 0 and < 1)" in run.err
+    fitted = next(line for line in run.out.splitlines() if line.startswith("native_engine.overhead_cut "))
+    assert fitted.split()[1:3] == ["0.4", "0.999999"]  # the value before, the fitted one
+    assert run_main(capsys, "--set", "native_engine.overhead_cut=0.999999").code == 0
 
 
 @pytest.mark.parametrize(
