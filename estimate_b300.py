@@ -1186,8 +1186,12 @@ def _read_stronger_drafter(sd: _Reader) -> StrongerDrafter:
     accepts: list[float] = []
     for i, value in enumerate(sd.items("accept", most=MAX_ITEMS["accept"])):
         accepts.append(sd.accept(f"{sd.at('accept')}[{i}]", value, block, budget))
-        if len(set(accepts)) < len(accepts):
-            raise sd.error(f"accept[{i}]", f"{_describe(value)} appears twice; expected each accept length once")
+        shown = [f"{a:g}" for a in accepts]  # as the scenarios' labels and the tables' columns give them
+        if shown[-1] in shown[:-1]:
+            first = shown.index(shown[-1])
+            twice = "appears twice" if accepts[first] == accepts[-1] else f"reads {shown[-1]}, as accept[{first}] does"
+            raise sd.error(f"accept[{i}]", f"{_describe(value)} {twice}; expected each accept length once, distinct "
+                                           "in its first 6 digits")  # fmt: skip
     stronger = StrongerDrafter(block, budget, tuple(accepts), sd.number("attn_base_scale"), sd.number("spec_scale"))
     sd.finish()
     return stronger

@@ -130,6 +130,11 @@ BAD_VALUES: list[tuple[str, Callable[[dict[str, Any]], object], list[str]]] = [
     ),
     ("empty accept list", lambda d: d["stronger_drafter"].update(accept=[]), ["accept: has 0 entries"]),
     ("duplicate accept", lambda d: d["stronger_drafter"].update(accept=[12, 12]), ["accept[1]: 12 appears twice"]),
+    (
+        "accepts that read alike",
+        lambda d: d["stronger_drafter"].update(accept=[12, 12.000004]),
+        ["accept[1]: 12.000004 reads 12, as accept[0] does", "distinct in its first 6 digits"],
+    ),  # one column in a table
     ("zero scale", lambda d: d["stronger_drafter"].update(spec_scale=0), ["spec_scale: got 0"]),
 ]
 
