@@ -2102,11 +2102,14 @@ def fit(
     def calibrated(values: Sequence[float]) -> Calibration:
         return recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
 
+    failed: list[CalibrationError] = []  # why the calibration did not hold at values the fit tried
+
     def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
         spent[0] += len(among)
         try:
             return [p.residual for p in predictions(calibrated(values), among)]
-        except CalibrationError:  # a value at which the calibration does not hold
+        except CalibrationError as exc:  # a value at which the calibration does not hold
+            failed.append(exc)
             return None
 
     domains = [domain for _, domain in keys]
@@ -2114,6 +2117,7 @@ def fit(
     before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
     r0 = [p.residual for p in before]
     roots: list[float] = []
+    blocked = False  # the least squares stopped where the calibration stops holding
     if len(keys) == 1 and len(measurements) == 1:  # --solve: every root, not only the nearest minimum
 
         def gap(value: float) -> float | None:
@@ -2124,10 +2128,15 @@ def fit(
         values = [roots.pop(0)]
     else:
         _check_identifiable(_jacobian(residuals, start, r0, ends), start, names, measurements, option)
-        values = _levenberg_marquardt(residuals, start, r0, ends)
+        values, blocked = _levenberg_marquardt(residuals, start, r0, ends)
         method = "least squares of ln tok/s (Levenberg-Marquardt)"
     loo: list[float | None] = [None] * len(measurements)
     warnings = []
+    if blocked and failed:
+        warnings.append(
+            f"{option}: the fit stopped where the calibration stops holding, not at a minimum: one step on, "
+            f"{failed[-1].path}: {failed[-1].message}; the measurements pull the values past what the model can take"
+        )
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
         r_full = residuals(values)
         assert r_full is not None  # the fit only moves to values where the calibration holds
@@ -2149,7 +2158,7 @@ def fit(
             except CalibrationError:  # without it the values cannot be told apart: no refit
                 return None, 0
             rest_residuals = functools.partial(residuals, among=rest)
-            refit = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns)
+            refit, _ = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns)
             r_out = residuals(refit, [measurements[i]])
             return None if r_out is None else r_out[0], spent[0]
 
@@ -2287,8 +2296,9 @@ def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list
 def _levenberg_marquardt(
     residuals: Residuals, start: Sequence[float], r0: Sequence[float], ends: Sequence[tuple[float, float]],
     columns: list[list[float]] | None = None, iterations: int = 100,
-) -> list[float]:  # fmt: skip
-    """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends).
+) -> tuple[list[float], bool]:  # fmt: skip
+    """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends);
+    and whether it stopped short, at a wall: where its last steps failed because the calibration stops holding.
 
     A step that would take a value past an end stops it there; there it is held while the cost falls
     outward, and the other values move without it. `columns` is the Jacobian at `start` when the caller
@@ -2306,16 +2316,17 @@ def _levenberg_marquardt(
             i for i, (x, (low, high)) in enumerate(zip(values, ends, strict=True))
             if not ((x <= low and g[i] > 0) or (x >= high and g[i] < 0))
         ]  # fmt: skip
+        blocked = False  # a step tried here failed for want of a calibration that holds
         while True:
             step = _step(a, g, free, damping)
             moved_to = (x + step.get(i, 0.0) for i, x in enumerate(values))
             trial = [min(max(x, low), high) for x, (low, high) in zip(moved_to, ends, strict=True)]
             moved = max(abs(t - x) / max(abs(x), 1e-12) for t, x in zip(trial, values, strict=True))
             if moved <= 1e-13 or damping > 1e12:
-                return values  # no step left to take: a minimum, as far as floats tell
+                return values, blocked  # no step left to take: a minimum as far as floats tell, or a wall
             if (rt := residuals(trial)) is not None and (ct := sum(x * x for x in rt)) < cost:
                 break
-            damping *= 10
+            blocked, damping = blocked or rt is None, damping * 10
         taken = {i: t - x for i, (t, x) in enumerate(zip(trial, values, strict=True))}  # as clipped to the ends
         foreseen, best = (cost - sum(x * x for x in _linear(r, columns, d)) for d in (taken, _step(a, g, free, 0.0)))
         noise = 1e-12 * cost
@@ -2325,8 +2336,8 @@ def _levenberg_marquardt(
         )  # fmt: skip
         values, r, cost, damping, columns = trial, rt, ct, max(damping / 10, 1e-12), None
         if converged:
-            return values
-    return values
+            return values, blocked  # after a step cut short by the wall, the small gain is no minimum
+    return values, False
 
 
 def _step(a: list[list[float]], g: list[float], free: list[int], damping: float) -> dict[int, float]:

@@ -286,8 +286,9 @@ def test_the_least_squares_reaches_the_minimum_of_a_linear_problem_with_alike_co
     det = a[0][0] * a[1][1] - a[0][1] * a[1][0]
     minimum = [(b[0] * a[1][1] - a[0][1] * b[1]) / det, (a[0][0] * b[1] - a[1][0] * b[0]) / det]
     start = [0.5, 0.5]
-    found = eb._levenberg_marquardt(residuals, start, residuals(start), [(-math.inf, math.inf)] * 2)
+    found, blocked = eb._levenberg_marquardt(residuals, start, residuals(start), [(-math.inf, math.inf)] * 2)
     assert found == [pytest.approx(minimum[0], rel=1e-9), pytest.approx(minimum[1], rel=1e-9)]
+    assert not blocked
 
 
 def test_a_value_pushed_past_a_closed_end_stays_there_and_the_others_reach_their_minimum(
@@ -386,6 +387,19 @@ def test_a_fit_from_a_huge_start_reaches_the_value_the_shipped_start_reaches(sta
     assert result.values[0].value == pytest.approx(shipped.values[0].value, rel=1e-6)
     assert result.values[0].value == pytest.approx(1.499, abs=0.001)
     assert not any("edge" in w for w in result.warnings)
+
+
+def test_a_fit_stopped_where_the_calibration_stops_holding_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """An AR run at 72 tok/s pulls curve(1) up until MoE(1) takes the whole AR step and ATTN_BASE reaches 0, where
+    the calibration ends; the fit stops at that wall, short of a minimum, and a warning says why."""
+    measured = ["ar/native=72", "stronger/native@12=300", "current/native=190", "stronger/native@16=330"]
+    fit = ["--fit", "moe_curve.points[0].ms", "--fit", "stronger_drafter.spec_scale"]
+    run = run_main(capsys, *(f"--measured={m}" for m in measured), *fit, "--format", "json")
+    assert run.code == 0
+    wall = 1000 / 133 * 8.0 / 1.8  # curve(1) at which MoE(1) = the AR step: 7.52 ms on B300, 33.42 on the reference
+    assert run.json()["fit"]["values"][0] == pytest.approx(wall, rel=1e-6)
+    assert "--fit: the fit stopped where the calibration stops holding, not at a minimum: one step on, " in run.err
+    assert "leaving ATTN_BASE = " in run.err
 
 
 def test_leave_one_out_equals_explicit_refits() -> None:
