@@ -2102,14 +2102,14 @@ def fit(
     def calibrated(values: Sequence[float]) -> Calibration:
         return recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
 
-    failed: list[CalibrationError] = []  # why the calibration did not hold at values the fit tried
+    failed: list[CalibrationError] = []  # why the calibration did not hold, the last time values failed
 
     def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
         spent[0] += len(among)
         try:
             return [p.residual for p in predictions(calibrated(values), among)]
         except CalibrationError as exc:  # a value at which the calibration does not hold
-            failed.append(exc)
+            failed[:] = [exc]
             return None
 
     domains = [domain for _, domain in keys]
