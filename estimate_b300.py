@@ -2117,7 +2117,7 @@ def fit(
     before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
     r0 = [p.residual for p in before]
     roots: list[float] = []
-    blocked = False  # the least squares stopped where the calibration stops holding
+    stop = "minimum"  # where the least squares stopped (see _levenberg_marquardt)
     if len(keys) == 1 and len(measurements) == 1:  # --solve: every root, not only the nearest minimum
 
         def gap(value: float) -> float | None:
@@ -2127,15 +2127,23 @@ def fit(
         roots, method = _roots(gap, domains[0], start[0], names[0], measurements[0], option)
         values = [roots.pop(0)]
     else:
-        _check_identifiable(_jacobian(residuals, start, r0, ends), start, names, measurements, option)
-        values, blocked = _levenberg_marquardt(residuals, start, r0, ends)
+        begin = [min(max(x, low), high) for x, (low, high) in zip(start, ends, strict=True)]  # within 1e-6 of an
+        r_begin = r0 if begin == start else residuals(begin)  # open end a value starts at the fit's own end
+        begin, r_begin = (begin, r_begin) if r_begin is not None else (start, r0)
+        _check_identifiable(_jacobian(residuals, begin, r_begin, ends), begin, names, measurements, option)
+        values, stop = _levenberg_marquardt(residuals, begin, r_begin, ends)
         method = "least squares of ln tok/s (Levenberg-Marquardt)"
     loo: list[float | None] = [None] * len(measurements)
     warnings = []
-    if blocked and failed:
+    if stop == "wall" and failed:
         warnings.append(
             f"{option}: the fit stopped where the calibration stops holding, not at a minimum: one step on, "
             f"{failed[-1].path}: {failed[-1].message}; the measurements pull the values past what the model can take"
+        )
+    if stop == "steps":
+        warnings.append(
+            f"{option}: the fit stopped after 100 steps, still lowering the cost: the values are where it stopped, "
+            "not at a minimum; the measurements may leave a value free to run off (fit fewer values)"
         )
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
         r_full = residuals(values)
@@ -2146,8 +2154,9 @@ def fit(
         # no prediction then takes no step, as _solve_linear gives a zero pivot none.)
         free = [k for k, (v, d) in enumerate(zip(values, domains, strict=True)) if not _at_edge(v, d)]
 
-        def refit_without(i: int) -> tuple[float | None, int]:
-            """Measurement i's residual when the fit is made without it, and the predictions that took."""
+        def refit_without(i: int) -> tuple[float | None, int, bool]:
+            """Measurement i's residual when the fit is made without it, the predictions that took, and whether
+            the refit ran out of steps (its residual then null)."""
             spent[0] = 0
             rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
             columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
@@ -2156,23 +2165,28 @@ def fit(
                     free_values, free_names = [values[k] for k in free], [names[k] for k in free]
                     _check_identifiable([columns[k] for k in free], free_values, free_names, rest, option)
             except CalibrationError:  # without it the values cannot be told apart: no refit
-                return None, 0
+                return None, 0, False
             rest_residuals = functools.partial(residuals, among=rest)
-            refit, _ = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns)
-            r_out = residuals(refit, [measurements[i]])
-            return None if r_out is None else r_out[0], spent[0]
+            refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns)
+            r_out = None if refit_stop == "steps" else residuals(refit, [measurements[i]])
+            return None if r_out is None else r_out[0], spent[0], refit_stop == "steps"
 
-        used = 0
+        used, unsettled = 0, 0
         tasks = [functools.partial(refit_without, i) for i in range(len(measurements))]
         with contextlib.closing(over_cpus(tasks, min_tasks=32)) as refits:  # fewer: forking would not pay
-            for i, (residual, predicted) in enumerate(refits, 1):
-                loo[i - 1], used = residual, used + predicted
+            for i, (residual, predicted, ran_out) in enumerate(refits, 1):
+                loo[i - 1], used, unsettled = residual, used + predicted, unsettled + ran_out
                 if used > MAX_LOO_PREDICTIONS and i < len(measurements):
                     warnings.append(
                         f"{option}: leave-one-out stopped after {i} of {len(measurements)} refits, at its budget "
                         f"of {MAX_LOO_PREDICTIONS:,} predictions; the rest are null"
                     )
                     break
+        if unsettled:
+            warnings.append(
+                f"{option}: {unsettled} leave-one-out refit{'s' if unsettled > 1 else ''} still moved after 100 steps; "
+                f"{'their residuals are' if unsettled > 1 else 'its residual is'} null"
+            )
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
         FitValue(name, value, before, ranges.get(name))
@@ -2232,8 +2246,9 @@ def _jacobian(
 
 
 def _scale(value: float) -> float:
-    """How large a value counts as when a change of it is weighed: itself, but at least 1e-6, so 0 can move."""
-    return max(abs(value), 1e-6)
+    """How large a value counts as when a change of it is weighed: itself, but at least 1e-3, so that 0 can
+    move, and a value held just above 0 is differenced over a step (1e-9) that float noise does not swamp."""
+    return max(abs(value), 1e-3)
 
 
 def _check_identifiable(
@@ -2296,9 +2311,10 @@ def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list
 def _levenberg_marquardt(
     residuals: Residuals, start: Sequence[float], r0: Sequence[float], ends: Sequence[tuple[float, float]],
     columns: list[list[float]] | None = None, iterations: int = 100,
-) -> tuple[list[float], bool]:  # fmt: skip
-    """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends);
-    and whether it stopped short, at a wall: where its last steps failed because the calibration stops holding.
+) -> tuple[list[float], str]:  # fmt: skip
+    """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends); and
+    where it stopped: "minimum", "wall" (its last steps failed because the calibration stops holding there),
+    or "steps" (still lowering the cost after `iterations` steps).
 
     A step that would take a value past an end stops it there; there it is held while the cost falls
     outward, and the other values move without it. `columns` is the Jacobian at `start` when the caller
@@ -2323,7 +2339,7 @@ def _levenberg_marquardt(
             trial = [min(max(x, low), high) for x, (low, high) in zip(moved_to, ends, strict=True)]
             moved = max(abs(t - x) / max(abs(x), 1e-12) for t, x in zip(trial, values, strict=True))
             if moved <= 1e-13 or damping > 1e12:
-                return values, blocked  # no step left to take: a minimum as far as floats tell, or a wall
+                return values, "wall" if blocked else "minimum"  # no step left to take: as far as floats tell
             if (rt := residuals(trial)) is not None and (ct := sum(x * x for x in rt)) < cost:
                 break
             blocked, damping = blocked or rt is None, damping * 10
@@ -2335,9 +2351,9 @@ def _levenberg_marquardt(
             or (best - foreseen <= noise and abs(cost - ct - foreseen) <= noise)
         )  # fmt: skip
         values, r, cost, damping, columns = trial, rt, ct, max(damping / 10, 1e-12), None
-        if converged:
-            return values, blocked  # after a step cut short by the wall, the small gain is no minimum
-    return values, False
+        if converged:  # after a step cut short by a wall, the small gain is no minimum
+            return values, "wall" if blocked else "minimum"
+    return values, "steps"
 
 
 def _step(a: list[list[float]], g: list[float], free: list[int], damping: float) -> dict[int, float]:

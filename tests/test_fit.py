@@ -230,7 +230,7 @@ def test_bad_measured_options(capsys: pytest.CaptureFixture[str], text: str, fra
 # --- The fit ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("cut", "bandwidth"), [(0.4, 8.0), (0.1, 6.0), (0.6, 9.5)])
+@pytest.mark.parametrize(("cut", "bandwidth"), [(0.4, 8.0), (0.1, 6.0), (0.6, 9.5), (0.9999995, 8.0)])
 def test_fit_recovers_the_values_that_made_the_measurements(cut: float, bandwidth: float) -> None:
     """Measurements made by the model at cut 0.31 and 7.4 TB/s are fitted back from elsewhere."""
     result = fit_of(with_log(logged(0.31, 7.4), cut, bandwidth))
@@ -286,9 +286,9 @@ def test_the_least_squares_reaches_the_minimum_of_a_linear_problem_with_alike_co
     det = a[0][0] * a[1][1] - a[0][1] * a[1][0]
     minimum = [(b[0] * a[1][1] - a[0][1] * b[1]) / det, (a[0][0] * b[1] - a[1][0] * b[0]) / det]
     start = [0.5, 0.5]
-    found, blocked = eb._levenberg_marquardt(residuals, start, residuals(start), [(-math.inf, math.inf)] * 2)
+    found, stop = eb._levenberg_marquardt(residuals, start, residuals(start), [(-math.inf, math.inf)] * 2)
     assert found == [pytest.approx(minimum[0], rel=1e-9), pytest.approx(minimum[1], rel=1e-9)]
-    assert not blocked
+    assert stop == "minimum"
 
 
 def test_a_value_pushed_past_a_closed_end_stays_there_and_the_others_reach_their_minimum(
@@ -400,6 +400,57 @@ def test_a_fit_stopped_where_the_calibration_stops_holding_says_so(capsys: pytes
     assert run.json()["fit"]["values"][0] == pytest.approx(wall, rel=1e-6)
     assert "--fit: the fit stopped where the calibration stops holding, not at a minimum: one step on, " in run.err
     assert "leaving ATTN_BASE = " in run.err
+
+
+@pytest.mark.parametrize(
+    ("where", "start"),
+    [
+        ("below the fit's end at 1e-6 above 0", ["--set", "stronger_drafter.spec_scale=5e-7"]),
+        ("in force nowhere near", ["--set", "stronger_drafter.spec_scale=40"]),
+    ],
+)
+def test_a_fit_from_near_an_open_end_reaches_the_value_the_shipped_start_reaches(
+    capsys: pytest.CaptureFixture[str], where: str, start: list[str]
+) -> None:
+    measured = ["--measured", "stronger/native@12=800", "--measured", "current/native=420", "--measured",
+                "stronger/native@16=1000"]  # fmt: skip
+    fit = ["--fit", "stronger_drafter.spec_scale", "--fit", "native_engine.overhead_cut", "--format", "json"]
+    shipped = run_main(capsys, *measured, *fit).json()["fit"]["values"]
+    assert run_main(capsys, *measured, *start, *fit).json()["fit"]["values"] == [
+        pytest.approx(v, rel=1e-6) for v in shipped
+    ]
+
+
+def test_a_value_held_just_above_0_lets_the_others_reach_their_minimum(capsys: pytest.CaptureFixture[str]) -> None:
+    """curve(1) is pushed to its end just above 0, where a change of it is differenced over a step that float
+    noise would swamp if it scaled with the value; the bandwidth must still reach its minimum with curve(1) there."""
+    measured = [f"--measured={m}" for m in ("current/sglang=363.509", "current/native=477.659",
+                                            "current/native=450.421", "stronger/native=972.944")]  # fmt: skip
+    fit = ["--fit", "moe_curve.points[0].ms", "--fit", "hardware.target.mem_bandwidth_tb_s", "--format", "json"]
+    odd = [
+        "--set",
+        "moe_curve.points[0].ms=12.996755321595147",
+        "--set",
+        "hardware.target.mem_bandwidth_tb_s=8.241542890220792",
+    ]
+    for start in ([], odd):
+        values = run_main(capsys, *measured, *start, *fit).json()["fit"]["values"]
+        assert values == [pytest.approx(1e-6), pytest.approx(8.55497, rel=1e-5)]
+
+
+def test_a_fit_still_moving_after_100_steps_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """From a reference bandwidth of 1e-6 TB/s the fit trades it against a curve point that runs off with it,
+    lowering the cost less and less: after 100 steps it says it stopped there, and a refit that still moves
+    after 100 gives no residual."""
+    measured = [f"--measured={m}" for m in ("stronger/native@5=348.218", "stronger/native@14=895.707",
+                                            "ar/native=205.805", "current/native@3=329.963")]  # fmt: skip
+    start = ["--set", "hardware.reference.mem_bandwidth_tb_s=1e-06"]
+    fit = ["--fit", "moe_curve.points[2].ms", "--fit", "hardware.reference.mem_bandwidth_tb_s", "--format", "json"]
+    run = run_main(capsys, *measured, *start, *fit)
+    assert run.code == 0
+    assert "--fit: the fit stopped after 100 steps, still lowering the cost" in run.err
+    assert "--fit: 1 leave-one-out refit still moved after 100 steps; its residual is null" in run.err
+    assert [m["loo_residual"] is None for m in run.json()["fit"]["measurements"]] == [False, False, False, True]
 
 
 def test_leave_one_out_equals_explicit_refits() -> None:
