@@ -2099,15 +2099,22 @@ def fit(
     start = [number_at(doc, path) for path, _ in keys]
     spent = [0]  # predictions made by the fit, or by the refit under way: leave-one-out stops at a budget
 
-    def calibrated(values: Sequence[float]) -> Calibration:
-        return recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
+    def calibrated(values: Sequence[float], whole: bool = True) -> Calibration:
+        """The calibration at these values; `whole`, its scenarios estimated too, so that the fit goes only
+        where the report holds (a refit, which reports one residual, need not)."""
+        at = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
+        if whole:
+            scenarios(at)
+        return at
 
     failed: list[CalibrationError] = []  # why the calibration did not hold, the last time values failed
 
-    def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
+    def residuals(
+        values: Sequence[float], among: Sequence[Measurement] = measurements, whole: bool = True
+    ) -> list[float] | None:
         spent[0] += len(among)
         try:
-            return [p.residual for p in predictions(calibrated(values), among)]
+            return [p.residual for p in predictions(calibrated(values, whole), among)]
         except CalibrationError as exc:  # a value at which the calibration does not hold
             failed[:] = [exc]
             return None
@@ -2166,9 +2173,9 @@ def fit(
                     _check_identifiable([columns[k] for k in free], free_values, free_names, rest, option)
             except CalibrationError:  # without it the values cannot be told apart: no refit
                 return None, 0, False
-            rest_residuals = functools.partial(residuals, among=rest)
+            rest_residuals = functools.partial(residuals, among=rest, whole=False)
             refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns)
-            r_out = None if refit_stop == "steps" else residuals(refit, [measurements[i]])
+            r_out = None if refit_stop == "steps" else residuals(refit, [measurements[i]], whole=False)
             return None if r_out is None else r_out[0], spent[0], refit_stop == "steps"
 
         used, unsettled = 0, 0

@@ -336,9 +336,11 @@ def test_a_value_pushed_toward_an_open_end_stops_just_inside_it(monkeypatch: pyt
 
 
 def test_leave_one_out_refits_leave_a_value_on_its_edge(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Trees of budget 24-31 at twice what the curve allows push the time at M = 32 toward 0; there no change
-    of it moves a prediction, and the refits leave it on its edge and fit the cut."""
+    """Trees of budget 24-31 at twice what the curve allows push the time at M = 32 toward 0 (a point at M = 64
+    keeps curve(33) positive); there no change of it moves a prediction, and the refits leave it on its edge
+    and fit the cut."""
     doc = default_doc()
+    doc["moe_curve"]["points"].append({"m": 64, "ms": 45.0, "basis": "assumed", "source": "the test"})
     trees = [{"drafter": "current", "pipeline": "native", "budget": b, "accept": 4.4, "tok_s": t} for b, t in
              ((24, 900), (31, 880), (28, 890))]  # fmt: skip
     doc["measurements"] = [*trees, logged(0.3, 8.0)[3]]
@@ -351,6 +353,22 @@ def test_leave_one_out_refits_leave_a_value_on_its_edge(monkeypatch: pytest.Monk
         refit = fit_of(rest, paths)
         at = eb.recalibrate(doc, eb.parse_calibration(doc), [(eb.parse_path(v.path), v.value) for v in refit.values])
         assert result.loo_residuals[i] == pytest.approx(eb.predictions(at[1])[i].residual, abs=1e-8)
+
+
+def test_a_fit_goes_only_where_the_report_holds(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    """With the shipped curve, the stronger drafter's curve(33) is read along the segment from M = 9 to 32 and
+    falls to 0 with the time at 32: the same trees push that time only to there, and the report holds."""
+    doc = default_doc()
+    trees = [{"drafter": "current", "pipeline": "native", "budget": b, "accept": 4.4, "tok_s": t} for b, t in
+             ((24, 900), (31, 880), (28, 890))]  # fmt: skip
+    doc["measurements"] = [*trees, logged(0.3, 8.0)[3]]
+    fit = ["--fit", "native_engine.overhead_cut", "--fit", "moe_curve.points[2].ms", "--format", "json"]
+    run = run_with(capsys, write_calibration, doc, *fit)
+    assert run.code == 0
+    assert run.json()["fit"]["values"][1] == pytest.approx(8.85 - 23 * 8.85 / 24, rel=1e-6)  # curve(33) = 0
+    assert "the fit stopped where the calibration stops holding" in run.err
 
 
 def test_leave_one_out_equals_explicit_refits_when_the_measurements_disagree() -> None:
