@@ -2036,6 +2036,24 @@ class FitValue(NamedTuple):
     value: float
     previous: float
     range: Range | None  # the calibration's range for it, if it has one
+    domain: Domain = POSITIVE  # the values it may take
+
+    @property
+    def text(self) -> str:
+        return inside_text(self.value, self.domain)
+
+
+def inside_text(value: float, domain: Domain) -> str:
+    """A value to 6 digits, or to as many more as keep it inside its domain: 0.99999995, not 1, which --set
+    would refuse.
+
+    >>> inside_text(0.99999995, Domain(0, 1, low_open=False)), inside_text(0.31234567, Domain(0, 1, low_open=False))
+    ('0.99999995', '0.312346')
+    """
+    for digits in (6, 9, 12):
+        if float(text := f"{value:.{digits}g}") in domain:
+            return text
+    return repr(value)
 
 
 class Fit(NamedTuple):
@@ -2196,16 +2214,16 @@ def fit(
             )
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
-        FitValue(name, value, before, ranges.get(name))
-        for name, value, before in zip(names, values, start, strict=True)
+        FitValue(name, value, before, ranges.get(name), domain)
+        for name, value, before, domain in zip(names, values, start, domains, strict=True)
     )
     warnings += [
-        f"{option} {v.path}: the fitted value {v.value:.6g} lies outside its range in the calibration, {r.low:g} to "
+        f"{option} {v.path}: the fitted value {v.text} lies outside its range in the calibration, {r.low:g} to "
         f"{r.high:g} ({r.source}); the measurements and that assumption disagree"
         for v in fit_values if (r := v.range) and not r.low <= v.value <= r.high
     ]  # fmt: skip
     warnings += [
-        f"{option} {v.path}: {v.value:.6g} lies on the edge of the values it may take ({d.describe()})"
+        f"{option} {v.path}: {v.text} lies on the edge of the values it may take ({d.describe()})"
         for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d)
     ]  # fmt: skip
     return Fit(fit_values, before, predictions(calibrated(values), measurements), tuple(loo), tuple(roots),
@@ -2468,6 +2486,7 @@ class Solution(NamedTuple):
     scenario: str
     method: str
     other_values: tuple[float, ...]  # further values that also fit, when the estimate is not monotonic
+    text: str = ""  # the value to 6 digits, or as many more as keep it inside its domain
 
 
 def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:
@@ -2488,7 +2507,8 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
     m = observation(cal, spec, observed, "--observed")
     result = fit(doc, cal, [path_text], [m], "--solve")
     (v,) = result.values
-    return Solution(v.path, v.value, v.previous, observed, m.label, result.method, result.other_roots), result
+    solution = Solution(v.path, v.value, v.previous, observed, m.label, result.method, result.other_roots, v.text)
+    return solution, result
 
 
 def log_measured(
@@ -2634,7 +2654,7 @@ def build_report(options: Options) -> Report:
             fitted = fit(doc, cal, options.fit, cal.measurements)
         if fitted:
             doc, cal = recalibrate(doc, cal, [(parse_path(v.path), v.value) for v in fitted.values])
-            label += "".join(f" with {found_by} {v.path}={v.value:.6g}" for v in fitted.values)  # errors say so
+            label += "".join(f" with {found_by} {v.path}={v.text}" for v in fitted.values)  # errors say so
             cal = reread(cal, doc, [("ranges",)]) if cal.ranges else cal  # relative ranges follow the values found
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
@@ -3116,7 +3136,7 @@ def solve_section(report: Report, style: Style) -> Section:
     sol = report.solve
     assert sol is not None
     title = (
-        f"Solved: {sol.path} = {sol.value:.6g} (was {sol.previous:g}) brings {sol.scenario} to the observed "
+        f"Solved: {sol.path} = {sol.text} (was {sol.previous:g}) brings {sol.scenario} to the observed "
         f"{sol.observed:g} tok/s; {sol.method}. Every figure below uses it."
     )
     others = ", ".join(f"{v:.6g}" for v in sol.other_values)
@@ -3132,7 +3152,7 @@ def fit_section(report: Report, style: Style) -> Section:
     values = [
         Column("assumption", lambda v: v.path),
         Column("before", lambda v: f"{v.previous:g}", "s"),
-        Column("fitted", lambda v: f"{v.value:.6g}", "s"),
+        Column("fitted", lambda v: v.text, "s"),
         Column("range", lambda v: "" if v.range is None else f"{v.range.low:g} - {v.range.high:g}", "s"),
     ]
     left_out = len(fit.before) > len(fit.values)
@@ -3452,7 +3472,8 @@ def report_json(report: Report) -> dict[str, object]:
             "points": [dict(zip(RooflinePoint._fields[:-1], p, strict=False)) for p in est.roofline],
         }
     if report.solve:
-        document["solve"] = {**report.solve._asdict(), "other_values": list(report.solve.other_values)}
+        solved = {key: value for key, value in report.solve._asdict().items() if key != "text"}  # JSON has the value
+        document["solve"] = {**solved, "other_values": list(report.solve.other_values)}
     if report.fit:
         least = report.fit
         document["fit"] = {
@@ -3636,12 +3657,10 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     out += [f"  {i.name} = {figure_text(i)} ({path})" for path, i in inputs.items()]
     if report.solve:
         sol = report.solve
-        out.append(
-            f"  {sol.path} = {sol.value:.6g}: solved so that {sol.scenario} = {sol.observed:g} tok/s ({sol.method})"
-        )
+        out.append(f"  {sol.path} = {sol.text}: solved so that {sol.scenario} = {sol.observed:g} tok/s ({sol.method})")
     if report.fit:
         out += [
-            f"  {v.path} = {v.value:.6g}: fitted to {len(report.fit.before)} measurements, was {v.previous:g} "
+            f"  {v.path} = {v.text}: fitted to {len(report.fit.before)} measurements, was {v.previous:g} "
             f"({report.fit.method})" for v in report.fit.values
         ]  # fmt: skip
     if est.experts_fit:

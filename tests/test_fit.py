@@ -471,6 +471,14 @@ def test_a_fit_still_moving_after_100_steps_says_so(capsys: pytest.CaptureFixtur
     assert [m["loo_residual"] is None for m in run.json()["fit"]["measurements"]] == [False, False, False, True]
 
 
+def test_a_solved_value_just_below_an_open_end_prints_below_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The closed form puts the cut 5e-8 below 1, inside its domain: 6 digits would print 1, which --set refuses."""
+    run = run_main(capsys, "--solve", "native_engine.overhead_cut", "--observed", "current/native=2209.6666")
+    assert "Solved: native_engine.overhead_cut = 0.99999995 (was 0.4)" in flat(run.out)
+    assert "--solve native_engine.overhead_cut: 0.99999995 lies on the edge" in run.err
+    assert run_main(capsys, "--set", "native_engine.overhead_cut=0.99999995").code == 0
+
+
 def test_leave_one_out_equals_explicit_refits() -> None:
     entries = logged(0.31, 7.4, NOISE)
     result = fit_of(with_log(entries))
