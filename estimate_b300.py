@@ -65,6 +65,7 @@ MAX_TEXT = 500  # characters of a name, label, source or note: the longest shipp
 MAX_NESTING = 32  # lists and objects within a --set value
 MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid; 800,000 scenarios are plenty
 MAX_FIT = 8  # values fitted at once: more than the measurements of one model can usually tell apart
+FIT_STEPS = 100  # Levenberg-Marquardt steps of a fit or a refit: a few are the rule, the rest a value running off
 MAX_LOO_PREDICTIONS = 200_000  # predictions the leave-one-out refits may make: a few seconds at most
 MAX_ARGUMENTS = 1000  # on the command line: 100 --measured and 8 --fit take 216
 MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values needs far fewer
@@ -2167,8 +2168,8 @@ def fit(
         )
     if stop == "steps":
         warnings.append(
-            f"{option}: the fit stopped after 100 steps, still lowering the cost: the values are where it stopped, "
-            "not at a minimum; the measurements may leave a value free to run off (fit fewer values)"
+            f"{option}: the fit stopped after {FIT_STEPS} steps, still lowering the cost: the values are where it "
+            "stopped, not at a minimum; the measurements may leave a value free to run off (fit fewer values)"
         )
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
         r_full = residuals(values)
@@ -2209,8 +2210,8 @@ def fit(
                     break
         if unsettled:
             warnings.append(
-                f"{option}: {unsettled} leave-one-out refit{'s' if unsettled > 1 else ''} still moved after 100 steps; "
-                f"{'their residuals are' if unsettled > 1 else 'its residual is'} null"
+                f"{option}: {unsettled} leave-one-out refit{'s' if unsettled > 1 else ''} still moved after "
+                f"{FIT_STEPS} steps; {'their residuals are' if unsettled > 1 else 'its residual is'} null"
             )
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
@@ -2335,7 +2336,7 @@ def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list
 
 def _levenberg_marquardt(
     residuals: Residuals, start: Sequence[float], r0: Sequence[float], ends: Sequence[tuple[float, float]],
-    columns: list[list[float]] | None = None, iterations: int = 100,
+    columns: list[list[float]] | None = None, iterations: int = FIT_STEPS,
 ) -> tuple[list[float], str]:  # fmt: skip
     """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends); and
     where it stopped: "minimum", "wall" (its last steps failed because the calibration stops holding there),
