@@ -41,7 +41,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from typing import Any, BinaryIO, NamedTuple, NoReturn, TypeVar
+from typing import Any, BinaryIO, Literal, NamedTuple, NoReturn, TypeVar
 
 __version__ = "1.0.0"
 
@@ -1190,8 +1190,8 @@ def _read_stronger_drafter(sd: _Reader) -> StrongerDrafter:
         shown = [f"{a:g}" for a in accepts]  # as the scenarios' labels and the tables' columns give them
         if shown[-1] in shown[:-1]:
             first = shown.index(shown[-1])
-            twice = "appears twice" if accepts[first] == accepts[-1] else f"reads {shown[-1]}, as accept[{first}] does"
-            raise sd.error(f"accept[{i}]", f"{_describe(value)} {twice}; expected each accept length once, distinct "
+            clash = "appears twice" if accepts[first] == accepts[-1] else f"reads {shown[-1]}, as accept[{first}] does"
+            raise sd.error(f"accept[{i}]", f"{_describe(value)} {clash}; expected each accept length once, distinct "
                                            "in its first 6 digits")  # fmt: skip
     stronger = StrongerDrafter(block, budget, tuple(accepts), sd.number("attn_base_scale"), sd.number("spec_scale"))
     sd.finish()
@@ -2037,7 +2037,7 @@ class FitValue(NamedTuple):
     value: float
     previous: float
     range: Range | None  # the calibration's range for it, if it has one
-    domain: Domain = POSITIVE  # the values it may take
+    domain: Domain  # the values it may take
 
     @property
     def text(self) -> str:
@@ -2118,22 +2118,18 @@ def fit(
     start = [number_at(doc, path) for path, _ in keys]
     spent = [0]  # predictions made by the fit, or by the refit under way: leave-one-out stops at a budget
 
-    def calibrated(values: Sequence[float], whole: bool = True) -> Calibration:
-        """The calibration at these values; `whole`, its scenarios estimated too, so that the fit goes only
-        where the report holds (a refit, which reports one residual, need not)."""
+    def calibrated(values: Sequence[float]) -> Calibration:
+        """The calibration at these values, its scenarios estimated too: a fit goes only where the report holds."""
         at = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
-        if whole:
-            scenarios(at)
+        scenarios(at)
         return at
 
     failed: list[CalibrationError] = []  # why the calibration did not hold, the last time values failed
 
-    def residuals(
-        values: Sequence[float], among: Sequence[Measurement] = measurements, whole: bool = True
-    ) -> list[float] | None:
+    def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
         spent[0] += len(among)
         try:
-            return [p.residual for p in predictions(calibrated(values, whole), among)]
+            return [p.residual for p in predictions(calibrated(values), among)]
         except CalibrationError as exc:  # a value at which the calibration does not hold
             failed[:] = [exc]
             return None
@@ -2141,9 +2137,10 @@ def fit(
     domains = [domain for _, domain in keys]
     ends = [_ends(domain) for domain in domains]
     before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
+    scenarios(cal)  # and so is one of the report's, which every trial of the fit estimates
     r0 = [p.residual for p in before]
     roots: list[float] = []
-    stop = "minimum"  # where the least squares stopped (see _levenberg_marquardt)
+    stop: Stop = "minimum"  # where the least squares stopped
     if len(keys) == 1 and len(measurements) == 1:  # --solve: every root, not only the nearest minimum
 
         def gap(value: float) -> float | None:
@@ -2153,15 +2150,21 @@ def fit(
         roots, method = _roots(gap, domains[0], start[0], names[0], measurements[0], option)
         values = [roots.pop(0)]
     else:
-        begin = [min(max(x, low), high) for x, (low, high) in zip(start, ends, strict=True)]  # within 1e-6 of an
-        r_begin = r0 if begin == start else residuals(begin)  # open end a value starts at the fit's own end
-        begin, r_begin = (begin, r_begin) if r_begin is not None else (start, r0)
+        # a value that starts within 1e-6 of an open end starts at the fit's own end
+        begin = [min(max(x, low), high) for x, (low, high) in zip(start, ends, strict=True)]
+        r_begin = r0 if begin == start else residuals(begin)
+        if r_begin is None:
+            at = _point_text(zip(names, begin, strict=True))
+            raise CalibrationError(
+                failed[-1].path, f"at the values the fit starts from, {at} (the nearest to the values in force), "
+                f"the calibration does not hold: {failed[-1].message}", file=option,
+            )  # fmt: skip
         _check_identifiable(_jacobian(residuals, begin, r_begin, ends), begin, names, measurements, option)
         values, stop = _levenberg_marquardt(residuals, begin, r_begin, ends)
         method = "least squares of ln tok/s (Levenberg-Marquardt)"
     loo: list[float | None] = [None] * len(measurements)
     warnings = []
-    if stop == "wall" and failed:
+    if stop == "wall":
         warnings.append(
             f"{option}: the fit stopped where the calibration stops holding, not at a minimum: one step on, "
             f"{failed[-1].path}: {failed[-1].message}; the measurements pull the values past what the model can take"
@@ -2182,7 +2185,7 @@ def fit(
 
         def refit_without(i: int) -> tuple[float | None, int, bool]:
             """Measurement i's residual when the fit is made without it, the predictions that took, and whether
-            the refit ran out of steps (its residual then null)."""
+            the refit stopped short of a minimum (at a wall, or out of steps: its residual is then null)."""
             spent[0] = 0
             rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
             columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
@@ -2192,26 +2195,27 @@ def fit(
                     _check_identifiable([columns[k] for k in free], free_values, free_names, rest, option)
             except CalibrationError:  # without it the values cannot be told apart: no refit
                 return None, 0, False
-            rest_residuals = functools.partial(residuals, among=rest, whole=False)
+            rest_residuals = functools.partial(residuals, among=rest)
             refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns)
-            r_out = None if refit_stop == "steps" else residuals(refit, [measurements[i]], whole=False)
-            return None if r_out is None else r_out[0], spent[0], refit_stop == "steps"
+            r_out = residuals(refit, [measurements[i]]) if refit_stop == "minimum" else None
+            return None if r_out is None else r_out[0], spent[0], refit_stop != "minimum"
 
-        used, unsettled = 0, 0
+        used, short = 0, 0
         tasks = [functools.partial(refit_without, i) for i in range(len(measurements))]
         with contextlib.closing(over_cpus(tasks, min_tasks=32)) as refits:  # fewer: forking would not pay
-            for i, (residual, predicted, ran_out) in enumerate(refits, 1):
-                loo[i - 1], used, unsettled = residual, used + predicted, unsettled + ran_out
+            for i, (residual, predicted, stopped_short) in enumerate(refits, 1):
+                loo[i - 1], used, short = residual, used + predicted, short + stopped_short
                 if used > MAX_LOO_PREDICTIONS and i < len(measurements):
                     warnings.append(
                         f"{option}: leave-one-out stopped after {i} of {len(measurements)} refits, at its budget "
                         f"of {MAX_LOO_PREDICTIONS:,} predictions; the rest are null"
                     )
                     break
-        if unsettled:
+        if short:
             warnings.append(
-                f"{option}: {unsettled} leave-one-out refit{'s' if unsettled > 1 else ''} still moved after "
-                f"{FIT_STEPS} steps; {'their residuals are' if unsettled > 1 else 'its residual is'} null"
+                f"{option}: {short} leave-one-out refit{'s' if short > 1 else ''} stopped short of a minimum (where "
+                f"the calibration stops holding, or after {FIT_STEPS} steps); "
+                f"{'their residuals are' if short > 1 else 'its residual is'} null"
             )
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
@@ -2232,8 +2236,7 @@ def fit(
 
 
 def _ends(domain: Domain) -> tuple[float, float]:
-    """The lowest and highest values a fit may try: an open end moved inside by 1e-6 of the domain's size, so
-    that a value held there still reads as inside it at the 6 digits the output gives (0.999999, not 1)."""
+    """The lowest and highest values a fit may try: an open end moved inside by 1e-6 of the domain's size."""
     margin = 1e-6 * _size(domain)
     return domain.low + (margin if domain.low_open else 0.0), domain.high - (margin if domain.high_open else 0.0)
 
@@ -2245,13 +2248,14 @@ def _at_edge(value: float, domain: Domain) -> bool:
 
 
 def _size(domain: Domain) -> float:
-    """How large a domain counts as: its largest finite end, at least 1, as the calibration's quantities (ms,
-    TB/s, tok/s, shares and scales) are. Not the value's start, which may be anything --set put there: a
-    margin that scales with it would keep a value started at 1e12 above 1,000."""
+    """How large a domain counts as: its largest finite end, at least 1 (in the units the calibration uses).
+    Not the value's start, which may be anything --set put there: a margin that scaled with it would keep a
+    value started at 1e12 above 1,000."""
     return max([abs(end) for end in domain.ends if math.isfinite(end)] + [1.0])
 
 
 Residuals = Callable[[Sequence[float]], "list[float] | None"]
+Stop = Literal["minimum", "wall", "steps"]  # where a least squares stopped: see _levenberg_marquardt
 
 
 def _jacobian(
@@ -2337,7 +2341,7 @@ def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list
 def _levenberg_marquardt(
     residuals: Residuals, start: Sequence[float], r0: Sequence[float], ends: Sequence[tuple[float, float]],
     columns: list[list[float]] | None = None, iterations: int = FIT_STEPS,
-) -> tuple[list[float], str]:  # fmt: skip
+) -> tuple[list[float], Stop]:  # fmt: skip
     """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends); and
     where it stopped: "minimum", "wall" (its last steps failed because the calibration stops holding there),
     or "steps" (still lowering the cost after `iterations` steps).
@@ -2487,7 +2491,7 @@ class Solution(NamedTuple):
     scenario: str
     method: str
     other_values: tuple[float, ...]  # further values that also fit, when the estimate is not monotonic
-    text: str = ""  # the value to 6 digits, or as many more as keep it inside its domain
+    text: str  # the value to 6 digits, or as many more as keep it inside its domain
 
 
 def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:

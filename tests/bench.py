@@ -158,6 +158,7 @@ def generated(n: int, rng: random.Random) -> tuple[dict[str, object], list[dict[
 
 def _residuals(doc: object, cal: eb.Calibration, paths: list[eb.PathSegments], values: list[float]) -> list[float]:
     at = eb.recalibrate(doc, cal, list(zip(paths, values, strict=True)))[1]
+    eb.scenarios(at)  # as the fit does at each trial
     return [p.residual for p in eb.predictions(at)]
 
 

@@ -369,6 +369,15 @@ def test_a_fit_goes_only_where_the_report_holds(
     assert run.code == 0
     assert run.json()["fit"]["values"][1] == pytest.approx(8.85 - 23 * 8.85 / 24, rel=1e-6)  # curve(33) = 0
     assert "the fit stopped where the calibration stops holding" in run.err
+    paths = ["native_engine.overhead_cut", "moe_curve.points[2].ms"]
+    loo = [m["loo_residual"] for m in run.json()["fit"]["measurements"]]
+    for i, residual in enumerate(loo):  # null where a refit stops at the wall, else what a fit without it gives
+        rest = {**doc, "measurements": doc["measurements"][:i] + doc["measurements"][i + 1 :]}
+        refit = fit_of(rest, paths)
+        if residual is not None:
+            changes = [(eb.parse_path(v.path), v.value) for v in refit.values]
+            at = eb.recalibrate(doc, eb.parse_calibration(doc), changes)[1]
+            assert residual == pytest.approx(eb.predictions(at)[i].residual, abs=1e-6)
 
 
 def test_leave_one_out_equals_explicit_refits_when_the_measurements_disagree() -> None:
@@ -418,18 +427,22 @@ def test_a_fit_stopped_where_the_calibration_stops_holding_says_so(capsys: pytes
     assert run.json()["fit"]["values"][0] == pytest.approx(wall, rel=1e-6)
     assert "--fit: the fit stopped where the calibration stops holding, not at a minimum: one step on, " in run.err
     assert "leaving ATTN_BASE = " in run.err
+    in_sample = [m["residual"] for m in run.json()["fit"]["measurements"]]
+    loo = [m["loo_residual"] for m in run.json()["fit"]["measurements"]]
+    assert all(r is None or r != s for r, s in zip(loo, in_sample, strict=True))  # a refit stuck at the wall: null
 
 
 @pytest.mark.parametrize(
-    ("where", "start"),
+    "start",
     [
-        ("below the fit's end at 1e-6 above 0", ["--set", "stronger_drafter.spec_scale=5e-7"]),
-        ("in force nowhere near", ["--set", "stronger_drafter.spec_scale=40"]),
+        pytest.param(["--set", "stronger_drafter.spec_scale=5e-7"], id="below the fit's end at 1e-6 above 0"),
+        pytest.param(["--set", "stronger_drafter.spec_scale=40"], id="far from the minimum"),
     ],
 )
 def test_a_fit_from_near_an_open_end_reaches_the_value_the_shipped_start_reaches(
-    capsys: pytest.CaptureFixture[str], where: str, start: list[str]
+    capsys: pytest.CaptureFixture[str], start: list[str]
 ) -> None:
+    """A start between 0 and the fit's own end begins at that end, and moves like any other."""
     measured = ["--measured", "stronger/native@12=800", "--measured", "current/native=420", "--measured",
                 "stronger/native@16=1000"]  # fmt: skip
     fit = ["--fit", "stronger_drafter.spec_scale", "--fit", "native_engine.overhead_cut", "--format", "json"]
@@ -467,7 +480,10 @@ def test_a_fit_still_moving_after_100_steps_says_so(capsys: pytest.CaptureFixtur
     run = run_main(capsys, *measured, *start, *fit)
     assert run.code == 0
     assert "--fit: the fit stopped after 100 steps, still lowering the cost" in run.err
-    assert "--fit: 1 leave-one-out refit still moved after 100 steps; its residual is null" in run.err
+    assert (
+        "--fit: 1 leave-one-out refit stopped short of a minimum (where the calibration stops holding, or after "
+        "100 steps); its residual is null" in run.err
+    )
     assert [m["loo_residual"] is None for m in run.json()["fit"]["measurements"]] == [False, False, False, True]
 
 
