@@ -927,7 +927,8 @@ def _describe(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
         return f"an integer of {len(str(abs(value)))} digits"
     if isinstance(value, float) and math.isfinite(value):
-        return f"{value:.15g}"  # 40.0 -> '40', 0.1 -> '0.1'
+        text = f"{value:.15g}"  # 40.0 -> '40', 0.1 -> '0.1'
+        return text if float(text) == value else repr(value)  # 0.9999999999999999, not 1, below a bound of 1
     try:
         text = json.dumps(value, allow_nan=True)
     except (RecursionError, ValueError):  # nested deeper than the stack allows

@@ -114,6 +114,11 @@ BAD_VALUES: list[tuple[str, Callable[[dict[str, Any]], object], list[str]]] = [
     ("unknown basis", lambda d: d["moe_curve"]["points"][0].update(basis="guess"), ["one of measured"]),
     ("accept below 1", lambda d: d["stronger_drafter"].update(accept=[0.5]), ["accept[0]: got 0.5", ">= 1"]),
     (
+        "accept just below 1",
+        lambda d: d["stronger_drafter"].update(accept=[0.9999999999999999]),
+        ["accept[0]: got 0.9999999999999999; expected a number >= 1"],
+    ),  # not 'got 1', which would contradict it
+    (
         "accept above both limits: the binding one is named",
         lambda d: d["stronger_drafter"].update(accept=[12, 40]),
         ["stronger_drafter.accept[1]: 40 exceeds the tree's limit block+1 = 17 (the smaller of block+1 and budget+1)"],
