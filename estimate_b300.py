@@ -2042,18 +2042,19 @@ class FitValue(NamedTuple):
 
     @property
     def text(self) -> str:
-        return inside_text(self.value, self.domain)
+        return number_text(self.value, self.domain)
 
 
-def inside_text(value: float, domain: Domain) -> str:
-    """A value to 6 digits, or to as many more as keep it inside its domain: 0.99999995, not 1, which --set
-    would refuse.
+def number_text(value: float, domain: Domain) -> str:
+    """A value to 6 digits, or to as many more as keep it on its side of its domain's ends: 0.99999995 inside
+    a domain that ends below 1 (not 1, which --set would refuse), 1.0000001 outside one that ends at 1.
 
-    >>> inside_text(0.99999995, Domain(0, 1, low_open=False)), inside_text(0.31234567, Domain(0, 1, low_open=False))
-    ('0.99999995', '0.312346')
+    >>> below_1, up_to_1 = Domain(0, 1, low_open=False), Domain(0, 1, low_open=False, high_open=False)
+    >>> number_text(0.99999995, below_1), number_text(1.0000001, up_to_1), number_text(0.31234567, below_1)
+    ('0.99999995', '1.0000001', '0.312346')
     """
     for digits in (6, 9, 12):
-        if float(text := f"{value:.{digits}g}") in domain:
+        if (float(text := f"{value:.{digits}g}") in domain) == (value in domain):
             return text
     return repr(value)
 
@@ -2440,8 +2441,8 @@ def _roots(
             value = v0 + (1 / m.tok_s - i0) / slope
             if value not in domain:
                 raise CalibrationError(
-                    name, f"{m.label} reaches {m.tok_s:g} tok/s only at {value:.6g}, outside the values it may take "
-                    f"({domain.describe()})", file=option,
+                    name, f"{m.label} reaches {m.tok_s:g} tok/s only at {number_text(value, domain)}, outside the "
+                    f"values it may take ({domain.describe()})", file=option,
                 )  # fmt: skip
             if (g := gap(value)) is not None and abs(g) <= 1e-9:
                 return [value], "closed form (the step is linear in it)"
