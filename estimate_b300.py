@@ -2493,7 +2493,11 @@ class Solution(NamedTuple):
     scenario: str
     method: str
     other_values: tuple[float, ...]  # further values that also fit, when the estimate is not monotonic
-    text: str  # the value to 6 digits, or as many more as keep it inside its domain
+    domain: Domain  # the values it may take
+
+    @property
+    def text(self) -> str:
+        return number_text(self.value, self.domain)
 
 
 def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:
@@ -2514,7 +2518,7 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
     m = observation(cal, spec, observed, "--observed")
     result = fit(doc, cal, [path_text], [m], "--solve")
     (v,) = result.values
-    solution = Solution(v.path, v.value, v.previous, observed, m.label, result.method, result.other_roots, v.text)
+    solution = Solution(v.path, v.value, v.previous, observed, m.label, result.method, result.other_roots, v.domain)
     return solution, result
 
 
@@ -3146,7 +3150,7 @@ def solve_section(report: Report, style: Style) -> Section:
         f"Solved: {sol.path} = {sol.text} (was {sol.previous:g}) brings {sol.scenario} to the observed "
         f"{sol.observed:g} tok/s; {sol.method}. Every figure below uses it."
     )
-    others = ", ".join(f"{v:.6g}" for v in sol.other_values)
+    others = ", ".join(number_text(v, sol.domain) for v in sol.other_values)
     return Section(
         "Solved", title, f"Other values fit too: {others} (the estimate is not monotonic in it)." if others else ""
     )
@@ -3479,7 +3483,7 @@ def report_json(report: Report) -> dict[str, object]:
             "points": [dict(zip(RooflinePoint._fields[:-1], p, strict=False)) for p in est.roofline],
         }
     if report.solve:
-        solved = {key: value for key, value in report.solve._asdict().items() if key != "text"}  # JSON has the value
+        solved = {key: value for key, value in report.solve._asdict().items() if key != "domain"}
         document["solve"] = {**solved, "other_values": list(report.solve.other_values)}
     if report.fit:
         least = report.fit
