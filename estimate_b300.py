@@ -2152,8 +2152,7 @@ def fit(
         roots, method = _roots(gap, domains[0], start[0], names[0], measurements[0], option)
         values = [roots.pop(0)]
     else:
-        # a value that starts within 1e-6 of an open end starts at the fit's own end
-        begin = [min(max(x, low), high) for x, (low, high) in zip(start, ends, strict=True)]
+        begin = _clipped(start, ends)  # a value within 1e-6 of an open end starts at the fit's own end
         r_begin = r0 if begin == start else residuals(begin)
         if r_begin is None:
             at = _point_text(zip(names, begin, strict=True))
@@ -2241,6 +2240,11 @@ def _ends(domain: Domain) -> tuple[float, float]:
     """The lowest and highest values a fit may try: an open end moved inside by 1e-6 of the domain's size."""
     margin = 1e-6 * _size(domain)
     return domain.low + (margin if domain.low_open else 0.0), domain.high - (margin if domain.high_open else 0.0)
+
+
+def _clipped(values: Sequence[float], ends: Sequence[tuple[float, float]]) -> list[float]:
+    """Each value moved to the nearer of its ends where it lies past one."""
+    return [min(max(x, low), high) for x, (low, high) in zip(values, ends, strict=True)]
 
 
 def _at_edge(value: float, domain: Domain) -> bool:
@@ -2367,8 +2371,7 @@ def _levenberg_marquardt(
         blocked = False  # a step tried here failed for want of a calibration that holds
         while True:
             step = _step(a, g, free, damping)
-            moved_to = (x + step.get(i, 0.0) for i, x in enumerate(values))
-            trial = [min(max(x, low), high) for x, (low, high) in zip(moved_to, ends, strict=True)]
+            trial = _clipped([x + step.get(i, 0.0) for i, x in enumerate(values)], ends)
             moved = max(abs(t - x) / max(abs(x), 1e-12) for t, x in zip(trial, values, strict=True))
             if moved <= 1e-13 or damping > 1e12:
                 return values, "wall" if blocked else "minimum"  # no step left to take: as far as floats tell
