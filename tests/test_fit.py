@@ -75,6 +75,13 @@ def fit_of(doc: dict[str, Any], paths: Sequence[str] = (FIT[1], FIT[3])) -> eb.F
     return eb.fit(doc, cal, list(paths), cal.measurements)
 
 
+def refitted_without(doc: dict[str, Any], paths: Sequence[str], i: int) -> float:
+    """Measurement i's residual under a fit made from the start without it: what its leave-one-out gives."""
+    rest = {**doc, "measurements": doc["measurements"][:i] + doc["measurements"][i + 1 :]}
+    changes = [(eb.parse_path(v.path), v.value) for v in fit_of(rest, paths).values]
+    return eb.predictions(eb.recalibrate(doc, eb.parse_calibration(doc), changes)[1])[i].residual
+
+
 def run_with(capsys: pytest.CaptureFixture[str], write: Callable[..., Path], doc: object, *args: str) -> Run:
     return run_main(capsys, "--calibration", str(write(doc)), *args)
 
@@ -349,10 +356,7 @@ def test_leave_one_out_refits_leave_a_value_on_its_edge(monkeypatch: pytest.Monk
     assert 0 < result.values[1].value <= 1e-6
     assert f"moe_curve.points[2].ms: {result.values[1].value:.6g} lies on the edge" in result.warnings[-1]
     for i in range(len(doc["measurements"])):
-        rest = {**doc, "measurements": doc["measurements"][:i] + doc["measurements"][i + 1 :]}
-        refit = fit_of(rest, paths)
-        at = eb.recalibrate(doc, eb.parse_calibration(doc), [(eb.parse_path(v.path), v.value) for v in refit.values])
-        assert result.loo_residuals[i] == pytest.approx(eb.predictions(at[1])[i].residual, abs=1e-8)
+        assert result.loo_residuals[i] == pytest.approx(refitted_without(doc, paths, i), abs=1e-8)
 
 
 def test_a_fit_goes_only_where_the_report_holds(
@@ -372,12 +376,8 @@ def test_a_fit_goes_only_where_the_report_holds(
     paths = ["native_engine.overhead_cut", "moe_curve.points[2].ms"]
     loo = [m["loo_residual"] for m in run.json()["fit"]["measurements"]]
     for i, residual in enumerate(loo):  # null where a refit stops at the wall, else what a fit without it gives
-        rest = {**doc, "measurements": doc["measurements"][:i] + doc["measurements"][i + 1 :]}
-        refit = fit_of(rest, paths)
         if residual is not None:
-            changes = [(eb.parse_path(v.path), v.value) for v in refit.values]
-            at = eb.recalibrate(doc, eb.parse_calibration(doc), changes)[1]
-            assert residual == pytest.approx(eb.predictions(at)[i].residual, abs=1e-6)
+            assert residual == pytest.approx(refitted_without(doc, paths, i), abs=1e-6)
 
 
 def test_leave_one_out_equals_explicit_refits_when_the_measurements_disagree() -> None:
@@ -393,10 +393,7 @@ def test_leave_one_out_equals_explicit_refits_when_the_measurements_disagree() -
     paths = ["native_engine.overhead_cut"]
     result = fit_of(doc, paths)
     for i in range(3):
-        rest = {**doc, "measurements": doc["measurements"][:i] + doc["measurements"][i + 1 :]}
-        (cut,) = fit_of(rest, paths).values
-        at = eb.recalibrate(doc, eb.parse_calibration(doc), [(("native_engine", "overhead_cut"), cut.value)])[1]
-        assert result.loo_residuals[i] == pytest.approx(eb.predictions(at)[i].residual, abs=1e-5)
+        assert result.loo_residuals[i] == pytest.approx(refitted_without(doc, paths, i), abs=1e-5)
     assert result.loo_residuals[1] == pytest.approx(2.746, abs=0.001)
 
 
