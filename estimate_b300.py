@@ -1758,6 +1758,7 @@ def _received(pipe: BinaryIO) -> bytes | None:
 
 
 SWEEP_CHUNK = 1000  # points a worker estimates at a time: a 3 MB piece of JSON
+SWEEP_HELD = 32 * 2**20  # bytes of checked points held for the output, compressed: about 140 bytes a point
 
 
 class Sweep(NamedTuple):
@@ -1768,8 +1769,7 @@ class Sweep(NamedTuple):
 
 class SweepPoint(NamedTuple):
     values: tuple[tuple[str, object], ...]  # (key path, value) for each --sweep
-    calibration: Calibration
-    scenarios: tuple[Scenario, ...]
+    scenarios: tuple[Scenario, ...]  # held by the check: without their derivation (`figures` empty)
 
 
 def parse_sweep(text: str) -> Sweep:
@@ -1825,26 +1825,13 @@ def _list(spec: str) -> tuple[object, ...]:
     return tuple(map(parse_value, items))
 
 
-class SweepRow(NamedTuple):
-    """What a sweep's table shows of one point: its values, and each scenario's step and throughput."""
-
-    values: tuple[tuple[str, object], ...]
-    names: tuple[tuple[str, str, str], ...]  # each scenario's drafter, pipeline and label
-    numbers: tuple[tuple[float, bool, float], ...]  # each scenario's step_ms, moe_extrapolated and tok_s
-
-    @staticmethod
-    def of(point: SweepPoint, before: "SweepRow | None" = None) -> "SweepRow":
-        """The row of a point; its names are the point before's when they are equal, held once."""
-        names = tuple((r.drafter, r.pipeline, r.label) for r in point.scenarios)
-        names = before.names if before and before.names == names else names
-        return SweepRow(point.values, names, tuple((r.step_ms, r.moe_extrapolated, r.tok_s) for r in point.scenarios))
-
-
 class SweepPlan(NamedTuple):
-    """A sweep whose every point has been checked once; `points()` estimates them again, one at a time.
+    """A sweep whose every point has been checked, so that a bad one is an error before any output.
 
-    So JSON and CSV read a sweep of any size in flat memory, and a bad point is an error before any output.
-    A table holds its rows anyway: for a table, the check keeps what it shows of each point in `rows`.
+    The check holds what it estimated, chunk by chunk, compressed and without the derivations, up to
+    SWEEP_HELD bytes in all; `points()` gives those points back and estimates any others again, one at
+    a time. So each point is estimated once (200,000 points and more of the usual sweeps fit), and a
+    sweep of any size runs in bounded memory.
     """
 
     sweeps: tuple[Sweep, ...]
@@ -1854,35 +1841,41 @@ class SweepPlan(NamedTuple):
     size: int  # the number of points
     warnings: tuple[str, ...] = ()  # over every point, each kind once with the number of points it holds at
     extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
-    rows: tuple[SweepRow, ...] | None = None  # what a table shows of each point, if the check was asked to keep it
+    held: tuple[bytes | None, ...] = ()  # each chunk's points as the check estimated them; None past SWEEP_HELD
 
-    def points(self, start: int = 0, stop: int | None = None) -> Iterator[SweepPoint]:
-        """The combinations of the sweeps' values from `start` to `stop`, the first sweep outermost,
-        estimated one at a time."""
+    def points(self) -> Iterator[SweepPoint]:
+        """Every combination of the sweeps' values, the first sweep outermost."""
+        return itertools.chain.from_iterable(map(self._chunk, range(0, self.size, SWEEP_CHUNK)))
+
+    def in_chunks(self, work: Callable[[Iterator[SweepPoint], int], T]) -> Iterator[T]:
+        """work(points, index of the first), chunk by chunk in order, on every CPU (see over_cpus)."""
+        return over_cpus([functools.partial(work, self._chunk(i), i) for i in range(0, self.size, SWEEP_CHUNK)])
+
+    def _chunk(self, start: int) -> Iterator[SweepPoint]:
+        held = self.held[start // SWEEP_CHUNK] if self.held else None
+        if held is not None:
+            yield from _unpacked(held)
+        else:
+            yield from (point for _, point in self.estimated(start))
+
+    def estimated(self, start: int) -> Iterator[tuple[Calibration, SweepPoint]]:
+        """The chunk of points from `start`, estimated: each point's calibration and its scenarios."""
         names = [format_path(s.path) for s in self.sweeps]
-        combos = itertools.islice(itertools.product(*(s.values for s in self.sweeps)), start, stop)
-        for combo in combos:
+        combos = itertools.product(*(s.values for s in self.sweeps))
+        for combo in itertools.islice(combos, start, start + SWEEP_CHUNK):
             values = tuple(zip(names, combo, strict=True))
             try:
-                point = recalibrate(
-                    self.doc, self.calibration, [(s.path, v) for s, v in zip(self.sweeps, combo, strict=True)]
-                )[1]
-                yield SweepPoint(values, point, scenarios(point))
+                changes = [(s.path, v) for s, v in zip(self.sweeps, combo, strict=True)]
+                cal = recalibrate(self.doc, self.calibration, changes)[1]
+                yield cal, SweepPoint(values, scenarios(cal))
             except CalibrationError as exc:
                 exc.file = f"{self.label} at --sweep {_point_text(values)}"
                 raise
 
-    def in_chunks(self, work: Callable[[Iterator[SweepPoint], int], T]) -> Iterator[T]:
-        """work(points, index of the first), chunk by chunk in order, on every CPU (see over_cpus)."""
-        starts = range(0, self.size, SWEEP_CHUNK)
-        return over_cpus([functools.partial(work, self.points(i, i + SWEEP_CHUNK), i) for i in starts])
 
-
-def plan_sweep(
-    doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str, keep_rows: bool = False
-) -> SweepPlan:
+def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str) -> SweepPlan:
     """Estimate every point once, so that a bad one is an error before anything is printed; gather warnings;
-    with `keep_rows`, keep what a table shows of each point (a table holds its rows anyway)."""
+    hold the points for the output up to SWEEP_HELD bytes."""
     count = math.prod(len(s.values) for s in sweeps)
     if count > MAX_SWEEP_POINTS:
         raise CalibrationError(
@@ -1891,34 +1884,57 @@ def plan_sweep(
     plan = SweepPlan(tuple(sweeps), doc, cal, label, count)
     seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
     extrapolated: set[int] = set()
-    rows: list[SweepRow] = []
-    for found, ms, kept in plan.in_chunks(functools.partial(_check_points, keep_rows=keep_rows)):
+    held: list[bytes | None] = []
+    size = 0
+    checks = [functools.partial(_check_chunk, plan, start) for start in range(0, count, SWEEP_CHUNK)]
+    for found, ms, packed in over_cpus(checks):
         for kind, (n, at, first) in found.items():
             before, at, first = seen.get(kind, (0, at, first))
             seen[kind] = (before + n, at, first)
         extrapolated |= ms
-        rows += kept
+        size += len(packed)
+        held.append(packed if size <= SWEEP_HELD else None)
     warnings = [f"at {n} of {count} sweep points (the first at {at}): {first}" for n, at, first in seen.values()]
-    table = tuple(rows) if keep_rows else None
-    return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), rows=table)
+    return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), held=tuple(held))
 
 
-def _check_points(
-    points: Iterator[SweepPoint], _: int, keep_rows: bool
-) -> tuple[dict[str, tuple[int, str, str]], set[int], list[SweepRow]]:
-    """Some points' warnings (kind -> how many, the first point's values, its message), extrapolated Ms, and
-    with `keep_rows` what a table shows of them."""
+def _check_chunk(plan: SweepPlan, start: int) -> tuple[dict[str, tuple[int, str, str]], set[int], bytes]:
+    """A chunk's warnings (kind -> how many, the first point's values, its message), the Ms it reads outside
+    the curve, and its points packed to be held."""
     seen: dict[str, tuple[int, str, str]] = {}
     extrapolated: set[int] = set()
-    rows: list[SweepRow] = []
-    for point in points:
-        for kind, message in physical_warnings(point.calibration, point.scenarios):
+    points = []
+    for cal, point in plan.estimated(start):
+        for kind, message in physical_warnings(cal, point.scenarios):
             n, at, first = seen.get(kind, (0, _point_text(point.values), message))
             seen[kind] = (n + 1, at, first)
         extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
-        if keep_rows:
-            rows.append(SweepRow.of(point, rows[-1] if rows else None))
-    return seen, extrapolated, rows
+        points.append(point)
+    return seen, extrapolated, _packed(points)
+
+
+def _packed(points: Sequence[SweepPoint]) -> bytes:
+    """Points pickled and compressed, each scenario without its derivation. A swept value leaves the scenarios
+    it does not reach as they were (the model's caches give back the very records): those stay shared."""
+    import pickle
+    import zlib
+
+    bare: dict[int, tuple[object, ...]] = {}  # by identity: the points hold the records, so each id is its own
+    rows = [(p.values, tuple(bare.setdefault(id(s), s[:-1]) for s in p.scenarios)) for p in points]
+    return zlib.compress(pickle.dumps(rows, pickle.HIGHEST_PROTOCOL), 1)
+
+
+def _unpacked(data: bytes) -> Iterator[SweepPoint]:
+    """The points that _packed packed, a shared scenario made once."""
+    import pickle
+    import zlib
+
+    made: dict[int, Scenario] = {}  # by identity of the unpickled row, which the list keeps alive
+    for values, rows in pickle.loads(zlib.decompress(data)):
+        for row in rows:
+            if id(row) not in made:
+                made[id(row)] = Scenario._make((*row, {}))
+        yield SweepPoint(values, tuple(made[id(row)] for row in rows))
 
 
 def _point_text(values: Iterable[tuple[str, object]]) -> str:
@@ -2612,7 +2628,6 @@ class Options(NamedTuple):
     measured: tuple[tuple[ScenarioSpec, float], ...] = ()  # throughputs --measured adds to the calibration's log
     fit: tuple[str, ...] = ()  # key paths to fit to the measurements
     headline_band: bool = False  # the uncertainty band of the headline estimate, when the output shows it
-    sweep_rows: bool = False  # a sweep's rows kept as it is checked, when the output is a table
 
 
 class Provenance(NamedTuple):
@@ -2672,7 +2687,7 @@ def build_report(options: Options) -> Report:
             cal = reread(cal, doc, [("ranges",)]) if cal.ranges else cal  # relative ranges follow the values found
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
-        sweep = plan_sweep(doc, cal, options.sweeps, label, options.sweep_rows) if options.sweeps else None
+        sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
         top = headline_of(doc, cal, est, options.headline_band, sens)
     except CalibrationError as exc:
         exc.file = exc.file or label
@@ -3130,12 +3145,11 @@ def sweep_section(report: Report, style: Style) -> Section:
     columns = [Column(format_path(sweep.path), operator.itemgetter(i)) for i, sweep in enumerate(report.sweep.sweeps)]
     where: dict[str, int] = {}  # a column's header -> its place
     rows = []
-    kept = report.sweep.rows if report.sweep.rows is not None else map(SweepRow.of, report.sweep.points())
-    for row in kept:
-        cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(row.values)}
-        for (drafter, pipeline, label), (step_ms, extrapolated, tok_s) in zip(row.names, row.numbers, strict=True):
-            headers = [(f"{drafter}/{pipeline} step ms", f"{step_ms:.2f}{_mark(extrapolated)}", "s"),
-                       (f"{label} tok/s", tok_s, ".0f")]  # fmt: skip
+    for point in report.sweep.points():
+        cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(point.values)}
+        for r in point.scenarios:
+            headers = [(f"{r.drafter}/{r.pipeline} step ms", f"{r.step_ms:.2f}{_mark(r.moe_extrapolated)}", "s"),
+                       (f"{r.label} tok/s", r.tok_s, ".0f")]  # fmt: skip
             for header, value, fmt in headers:
                 if header not in where:
                     where[header] = len(columns)
@@ -3587,7 +3601,7 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
     if report.sweep:
         yield from report.sweep.in_chunks(rows)
     else:
-        yield rows([SweepPoint(solved, report.estimate.calibration, report.estimate.scenarios)], 0)
+        yield rows([SweepPoint(solved, report.estimate.scenarios)], 0)
     if report.track_record:  # a second table after a blank line: the measurements, as JSON gives them
         fit = report.fit
         extra = ["predicted_before", "predicted_after", "residual", "loo_residual"] if fit else []
@@ -4012,8 +4026,8 @@ def _run(argv: list[str]) -> int:
             )
             return 1
         _check_usage(args)
-        shows_tables = args.format in ("table", "markdown") and not args.explain
-        options = parse_options(args)._replace(headline_band=shows_tables and not args.sweep, sweep_rows=shows_tables)
+        band = args.format in ("table", "markdown") and not args.explain and not args.sweep  # where it shows
+        options = parse_options(args)._replace(headline_band=band)
         report = build_report(options)
     except CalibrationError as exc:
         say(f"estimate_b300: {exc}")

@@ -8,7 +8,8 @@
 2. Sweeps: a 100,000-point `--sweep native_engine.overhead_cut=...` (800,000 scenarios) in each
    format, its wall time and its peak resident memory (from wait4: the largest of the process's
    own and its workers'), on every CPU the machine gives and, under `taskset`, on one; then, in
-   process on one CPU over 20,000 points, where a JSON point's time goes. With `--against DIR`,
+   process on one CPU over 20,000 points, where a JSON point's time goes (the check, which estimates
+   the point and holds it compressed; reading it back; encoding it). With `--against DIR`,
    the same run of DIR/estimate_b300.py on DIR/calibration.json (another checkout) follows. The
    runs of one format go one right after the other, and each prints its ratio to the first.
 3. Fits, in process: measurements made by the model at known values with 1% noise, fitted from
@@ -93,7 +94,7 @@ def timed(command: list[str]) -> tuple[float, float]:
 
 
 def sweep_split(points: int) -> None:
-    """Where a JSON sweep point's time goes, in process on one CPU: the check, the estimate again, the encoding."""
+    """Where a JSON sweep point's time goes, in process on one CPU: the check, reading it back, the encoding."""
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})  # no workers
     try:
@@ -110,19 +111,20 @@ def _sweep_split(points: int) -> None:
     t0 = time.perf_counter()
     plan = eb.plan_sweep(doc, cal, [sweep], "bench")
     check = time.perf_counter() - t0
+    held = sum(map(len, filter(None, plan.held)))
     t0 = time.perf_counter()
     for _ in plan.points():
         pass
-    again = time.perf_counter() - t0
+    read = time.perf_counter() - t0
     encode = 0.0
     scenario = eb.encoded_once(lambda row: json.dumps(eb._scenario_json(row)))  # as render_json encodes
     for point in plan.points():
         t0 = time.perf_counter()
         f'{{"values": {json.dumps(dict(point.values))}, "scenarios": [{", ".join(map(scenario, point.scenarios))}]}}'
         encode += time.perf_counter() - t0
-    check, again, encode = (1e6 * t / points for t in (check, again, encode))
-    print(f"a JSON sweep point, over {points:,}: check {check:.0f} us, estimate again {again:.0f} us, ", end="")
-    print(f"encode {encode:.0f} us")
+    check, read, encode = (1e6 * t / points for t in (check, read, encode))
+    print(f"a JSON sweep point, over {points:,}: check {check:.0f} us (held in {held / points:.0f} bytes), ", end="")
+    print(f"read back {read:.0f} us, encode {encode:.0f} us")
 
 
 def generated(n: int, rng: random.Random) -> tuple[dict[str, object], list[dict[str, object]]]:

@@ -182,11 +182,11 @@ def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "stronger/native" in out and "step ms" in out
 
 
-@pytest.mark.parametrize("fmt", ["table", "markdown"])
-def test_a_sweep_table_estimates_each_point_once(
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json", "csv"])
+def test_a_sweep_estimates_each_point_once(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, fmt: str
 ) -> None:
-    """The check that runs before any output keeps what a table shows: 40 more points, 40 more estimates."""
+    """The check that runs before any output holds what it estimated: 40 more points, 40 more estimates."""
     on_cpus(monkeypatch, 1)  # in this process, where the calls are counted
     calls = counting(monkeypatch, eb, "scenarios")
     made = []
@@ -195,6 +195,29 @@ def test_a_sweep_table_estimates_each_point_once(
         run_main(capsys, "--sweep", f"native_engine.overhead_cut=0.1:0.5:{step}", "--format", fmt)
         made.append(len(calls) - before)
     assert made[1] - made[0] == 40
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_a_sweep_past_what_it_holds_estimates_the_rest_again(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """81 points in chunks of 10. Held up to three chunks' bytes, the other 51 points are estimated again;
+    held not at all, all 81; the output is the same each time."""
+    on_cpus(monkeypatch, 1)
+    monkeypatch.setattr(eb, "SWEEP_CHUNK", 10)
+    sweep = "native_engine.overhead_cut=0.1:0.5:0.005"
+    doc = default_doc()
+    held = eb.plan_sweep(doc, eb.parse_calibration(doc), [eb.parse_sweep(sweep)], "x").held
+    assert len(held) == 9 and all(held)
+    calls = counting(monkeypatch, eb, "scenarios")
+    runs, made = [], []
+    for limit in (eb.SWEEP_HELD, sum(map(len, held[:3])), 0):
+        monkeypatch.setattr(eb, "SWEEP_HELD", limit)
+        before = len(calls)
+        runs.append(run_main(capsys, "--sweep", sweep, "--format", fmt))
+        made.append(len(calls) - before)
+    assert [n - made[0] for n in made] == [0, 51, 81]
+    assert runs[0].code == 0 and runs[0] == runs[1] == runs[2]
 
 
 def test_a_sweep_table_shows_what_json_gives(capsys: pytest.CaptureFixture[str]) -> None:
