@@ -1686,11 +1686,13 @@ def over_cpus(tasks: Sequence[Callable[[], T]], min_tasks: int = 2) -> Generator
     if workers < 2:
         yield from (task() for task in tasks)
         return
+    import gc
     import pickle
     import signal
 
     started: list[tuple[int, BinaryIO] | None] = []  # each worker's pid and the pipe it writes to
-    try:
+    gc.freeze()  # the objects made so far stay out of the workers' collections, whose passes over them would copy
+    try:  # every page the workers share with this process (as Python's gc.freeze documents)
         for w in range(workers):
             started.append(_start_worker(tasks[w::workers], started))
         for i, task in enumerate(tasks):
@@ -1698,6 +1700,7 @@ def over_cpus(tasks: Sequence[Callable[[], T]], min_tasks: int = 2) -> Generator
             data = _received(worker[1]) if worker else None
             yield task() if data is None else pickle.loads(data)
     finally:
+        gc.unfreeze()
         for pid, pipe in filter(None, started):
             pipe.close()
             with contextlib.suppress(OSError):
@@ -1825,13 +1828,32 @@ def _list(spec: str) -> tuple[object, ...]:
     return tuple(map(parse_value, items))
 
 
+class SweepRow(NamedTuple):
+    """What a sweep's table shows of one point: its values, and each scenario's step and throughput."""
+
+    values: tuple[tuple[str, object], ...]
+    names: tuple[tuple[str, str, str], ...]  # each scenario's drafter, pipeline and label
+    numbers: tuple[tuple[float, bool, float], ...]  # each scenario's step_ms, moe_extrapolated and tok_s
+
+
+def sweep_rows(points: Iterable[SweepPoint]) -> list[SweepRow]:
+    """The rows of some points; a row's names are the row before's when they are equal, so held once."""
+    rows: list[SweepRow] = []
+    for point in points:
+        names = tuple((r.drafter, r.pipeline, r.label) for r in point.scenarios)
+        names = rows[-1].names if rows and rows[-1].names == names else names
+        numbers = tuple((r.step_ms, r.moe_extrapolated, r.tok_s) for r in point.scenarios)
+        rows.append(SweepRow(point.values, names, numbers))
+    return rows
+
+
 class SweepPlan(NamedTuple):
     """A sweep whose every point has been checked, so that a bad one is an error before any output.
 
-    The check holds what it estimated, chunk by chunk, compressed and without the derivations, up to
-    SWEEP_HELD bytes in all; `points()` gives those points back and estimates any others again, one at
-    a time. So each point is estimated once (200,000 points and more of the usual sweeps fit), and a
-    sweep of any size runs in bounded memory.
+    The check also holds what the output reads of each point: a table's rows, or else the points
+    without their scenarios' derivations. It holds them chunk by chunk, pickled and compressed, up to
+    SWEEP_HELD bytes in all, and the output reads them back; a point not held is estimated again. So
+    each point of the usual sweeps is estimated once, and a sweep of any size runs in bounded memory.
     """
 
     sweeps: tuple[Sweep, ...]
@@ -1839,24 +1861,37 @@ class SweepPlan(NamedTuple):
     calibration: Calibration
     label: str  # how errors name the calibration
     size: int  # the number of points
+    table: bool  # the output is a table: the check holds its rows, not the points
     warnings: tuple[str, ...] = ()  # over every point, each kind once with the number of points it holds at
     extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
-    held: tuple[bytes | None, ...] = ()  # each chunk's points as the check estimated them; None past SWEEP_HELD
+    held: tuple[bytes | None, ...] = ()  # what the output reads of each chunk; None past SWEEP_HELD
 
     def points(self) -> Iterator[SweepPoint]:
         """Every combination of the sweeps' values, the first sweep outermost."""
-        return itertools.chain.from_iterable(map(self._chunk, range(0, self.size, SWEEP_CHUNK)))
+        return itertools.chain.from_iterable(map(self._points, range(0, self.size, SWEEP_CHUNK)))
 
     def in_chunks(self, work: Callable[[Iterator[SweepPoint], int], T]) -> Iterator[T]:
         """work(points, index of the first), chunk by chunk in order, on every CPU (see over_cpus)."""
-        return over_cpus([functools.partial(work, self._chunk(i), i) for i in range(0, self.size, SWEEP_CHUNK)])
+        return over_cpus([functools.partial(work, self._points(i), i) for i in range(0, self.size, SWEEP_CHUNK)])
 
-    def _chunk(self, start: int) -> Iterator[SweepPoint]:
-        held = self.held[start // SWEEP_CHUNK] if self.held else None
-        if held is not None:
-            yield from _unpacked(held)
-        else:
+    def rows(self) -> Iterator[SweepRow]:
+        """What a table shows of every point."""
+        for start in range(0, self.size, SWEEP_CHUNK):
+            held = self._held(start) if self.table else None
+            yield from sweep_rows(self._points(start)) if held is None else _unpacked(held)
+
+    def _points(self, start: int) -> Iterator[SweepPoint]:
+        held = None if self.table else self._held(start)
+        if held is None:
             yield from (point for _, point in self.estimated(start))
+        else:
+            made: dict[int, Scenario] = {}  # a scenario shared by points, made once
+            for values, rows in _unpacked(held):
+                scenarios = [made.get(id(r)) or made.setdefault(id(r), Scenario._make((*r, {}))) for r in rows]
+                yield SweepPoint(values, tuple(scenarios))
+
+    def _held(self, start: int) -> Any:
+        return self.held[start // SWEEP_CHUNK] if self.held else None
 
     def estimated(self, start: int) -> Iterator[tuple[Calibration, SweepPoint]]:
         """The chunk of points from `start`, estimated: each point's calibration and its scenarios."""
@@ -1873,15 +1908,15 @@ class SweepPlan(NamedTuple):
                 raise
 
 
-def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str) -> SweepPlan:
+def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str, table: bool = False) -> SweepPlan:
     """Estimate every point once, so that a bad one is an error before anything is printed; gather warnings;
-    hold the points for the output up to SWEEP_HELD bytes."""
+    hold what the output reads of each point (a table's rows if `table`), up to SWEEP_HELD bytes."""
     count = math.prod(len(s.values) for s in sweeps)
     if count > MAX_SWEEP_POINTS:
         raise CalibrationError(
             "", f"the grid has {count:,} points; expected at most {MAX_SWEEP_POINTS:,}", file="--sweep"
         )
-    plan = SweepPlan(tuple(sweeps), doc, cal, label, count)
+    plan = SweepPlan(tuple(sweeps), doc, cal, label, count, table)
     seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
     extrapolated: set[int] = set()
     held: list[bytes | None] = []
@@ -1900,7 +1935,7 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
 
 def _check_chunk(plan: SweepPlan, start: int) -> tuple[dict[str, tuple[int, str, str]], set[int], bytes]:
     """A chunk's warnings (kind -> how many, the first point's values, its message), the Ms it reads outside
-    the curve, and its points packed to be held."""
+    the curve, and what the output reads of it, packed."""
     seen: dict[str, tuple[int, str, str]] = {}
     extrapolated: set[int] = set()
     points = []
@@ -1910,31 +1945,27 @@ def _check_chunk(plan: SweepPlan, start: int) -> tuple[dict[str, tuple[int, str,
             seen[kind] = (n + 1, at, first)
         extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
         points.append(point)
-    return seen, extrapolated, _packed(points)
+    bare: dict[int, tuple[object, ...]] = {}  # a scenario without its derivation; one that points share, once
+    kept = sweep_rows(points) if plan.table else [(p.values, [bare.setdefault(id(s), s[:-1]) for s in p.scenarios])
+                                                  for p in points]  # fmt: skip
+    return seen, extrapolated, _packed(kept)
 
 
-def _packed(points: Sequence[SweepPoint]) -> bytes:
-    """Points pickled and compressed, each scenario without its derivation. A swept value leaves the scenarios
-    it does not reach as they were (the model's caches give back the very records): those stay shared."""
+def _packed(items: list[Any]) -> bytes:
+    """Items pickled and compressed. An object they share (the model's caches give back the very scenario
+    records a swept value does not reach) is packed once and read back once."""
     import pickle
     import zlib
 
-    bare: dict[int, tuple[object, ...]] = {}  # by identity: the points hold the records, so each id is its own
-    rows = [(p.values, tuple(bare.setdefault(id(s), s[:-1]) for s in p.scenarios)) for p in points]
-    return zlib.compress(pickle.dumps(rows, pickle.HIGHEST_PROTOCOL), 1)
+    return zlib.compress(pickle.dumps(items, pickle.HIGHEST_PROTOCOL), 1)
 
 
-def _unpacked(data: bytes) -> Iterator[SweepPoint]:
-    """The points that _packed packed, a shared scenario made once."""
+def _unpacked(data: bytes) -> list[Any]:
     import pickle
     import zlib
 
-    made: dict[int, Scenario] = {}  # by identity of the unpickled row, which the list keeps alive
-    for values, rows in pickle.loads(zlib.decompress(data)):
-        for row in rows:
-            if id(row) not in made:
-                made[id(row)] = Scenario._make((*row, {}))
-        yield SweepPoint(values, tuple(made[id(row)] for row in rows))
+    items: list[Any] = pickle.loads(zlib.decompress(data))
+    return items
 
 
 def _point_text(values: Iterable[tuple[str, object]]) -> str:
@@ -2628,6 +2659,7 @@ class Options(NamedTuple):
     measured: tuple[tuple[ScenarioSpec, float], ...] = ()  # throughputs --measured adds to the calibration's log
     fit: tuple[str, ...] = ()  # key paths to fit to the measurements
     headline_band: bool = False  # the uncertainty band of the headline estimate, when the output shows it
+    sweep_table: bool = False  # the output shows a sweep as a table
 
 
 class Provenance(NamedTuple):
@@ -2687,7 +2719,7 @@ def build_report(options: Options) -> Report:
             cal = reread(cal, doc, [("ranges",)]) if cal.ranges else cal  # relative ranges follow the values found
         est = estimate(cal)
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
-        sweep = plan_sweep(doc, cal, options.sweeps, label) if options.sweeps else None
+        sweep = plan_sweep(doc, cal, options.sweeps, label, options.sweep_table) if options.sweeps else None
         top = headline_of(doc, cal, est, options.headline_band, sens)
     except CalibrationError as exc:
         exc.file = exc.file or label
@@ -3144,17 +3176,22 @@ def sweep_section(report: Report, style: Style) -> Section:
     assert report.sweep is not None
     columns = [Column(format_path(sweep.path), operator.itemgetter(i)) for i, sweep in enumerate(report.sweep.sweeps)]
     where: dict[str, int] = {}  # a column's header -> its place
-    rows = []
-    for point in report.sweep.points():
-        cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(point.values)}
-        for r in point.scenarios:
-            headers = [(f"{r.drafter}/{r.pipeline} step ms", f"{r.step_ms:.2f}{_mark(r.moe_extrapolated)}", "s"),
-                       (f"{r.label} tok/s", r.tok_s, ".0f")]  # fmt: skip
-            for header, value, fmt in headers:
-                if header not in where:
-                    where[header] = len(columns)
-                    columns.append(Column(header, operator.itemgetter(len(columns)), fmt))
-                cells[where[header]] = value
+
+    def place(header: str, fmt: str) -> int:
+        if header not in where:
+            where[header] = len(columns)
+            columns.append(Column(header, operator.itemgetter(len(columns)), fmt))
+        return where[header]
+
+    rows, names, places = [], None, []  # the places of each scenario's step and tok/s, for the row's names
+    for row in report.sweep.rows():
+        if row.names is not names:  # held once for rows alike
+            names = row.names
+            places = [(place(f"{d}/{p} step ms", "s"), place(f"{label} tok/s", ".0f")) for d, p, label in names]
+        cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(row.values)}
+        for (step_at, tok_s_at), (step_ms, extrapolated, tok_s) in zip(places, row.numbers, strict=True):
+            cells[step_at] = f"{step_ms:.2f}{_mark(extrapolated)}"
+            cells[tok_s_at] = tok_s
         rows.append([cells.get(i) for i in range(len(columns))])
     rows = [row + [None] * (len(columns) - len(row)) for row in rows]
     return Section("Sweep", f"Sweep: {report.sweep.size} points", table(rows, columns, style._replace(width=10**6)))
@@ -4026,8 +4063,8 @@ def _run(argv: list[str]) -> int:
             )
             return 1
         _check_usage(args)
-        band = args.format in ("table", "markdown") and not args.explain and not args.sweep  # where it shows
-        options = parse_options(args)._replace(headline_band=band)
+        shows_tables = args.format in ("table", "markdown") and not args.explain
+        options = parse_options(args)._replace(headline_band=shows_tables and not args.sweep, sweep_table=shows_tables)
         report = build_report(options)
     except CalibrationError as exc:
         say(f"estimate_b300: {exc}")
