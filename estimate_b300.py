@@ -1836,15 +1836,11 @@ class SweepRow(NamedTuple):
     numbers: tuple[tuple[float, bool, float], ...]  # each scenario's step_ms, moe_extrapolated and tok_s
 
 
-def sweep_rows(points: Iterable[SweepPoint]) -> list[SweepRow]:
-    """The rows of some points; a row's names are the row before's when they are equal, so held once."""
-    rows: list[SweepRow] = []
-    for point in points:
-        names = tuple((r.drafter, r.pipeline, r.label) for r in point.scenarios)
-        names = rows[-1].names if rows and rows[-1].names == names else names
-        numbers = tuple((r.step_ms, r.moe_extrapolated, r.tok_s) for r in point.scenarios)
-        rows.append(SweepRow(point.values, names, numbers))
-    return rows
+def sweep_row(point: SweepPoint, before: SweepRow | None = None) -> SweepRow:
+    """The row of a point; its names are the row before's when they are equal, so held once."""
+    names = tuple((r.drafter, r.pipeline, r.label) for r in point.scenarios)
+    names = before.names if before and before.names == names else names
+    return SweepRow(point.values, names, tuple((r.step_ms, r.moe_extrapolated, r.tok_s) for r in point.scenarios))
 
 
 class SweepPlan(NamedTuple):
@@ -1878,7 +1874,7 @@ class SweepPlan(NamedTuple):
         """What a table shows of every point."""
         for start in range(0, self.size, SWEEP_CHUNK):
             held = self._held(start) if self.table else None
-            yield from sweep_rows(self._points(start)) if held is None else _unpacked(held)
+            yield from map(sweep_row, self._points(start)) if held is None else _unpacked(held)
 
     def _points(self, start: int) -> Iterator[SweepPoint]:
         held = None if self.table else self._held(start)
@@ -1938,16 +1934,17 @@ def _check_chunk(plan: SweepPlan, start: int) -> tuple[dict[str, tuple[int, str,
     the curve, and what the output reads of it, packed."""
     seen: dict[str, tuple[int, str, str]] = {}
     extrapolated: set[int] = set()
-    points = []
+    kept: list[Any] = []  # what the output reads of each point, made as it comes so that the point can go
+    bare: dict[tuple[object, ...], tuple[object, ...]] = {}  # a scenario without its derivation, once if alike
     for cal, point in plan.estimated(start):
         for kind, message in physical_warnings(cal, point.scenarios):
             n, at, first = seen.get(kind, (0, _point_text(point.values), message))
             seen[kind] = (n + 1, at, first)
         extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
-        points.append(point)
-    bare: dict[int, tuple[object, ...]] = {}  # a scenario without its derivation; one that points share, once
-    kept = sweep_rows(points) if plan.table else [(p.values, [bare.setdefault(id(s), s[:-1]) for s in p.scenarios])
-                                                  for p in points]  # fmt: skip
+        if plan.table:
+            kept.append(sweep_row(point, kept[-1] if kept else None))
+        else:
+            kept.append((point.values, [bare.setdefault(s[:-1], s[:-1]) for s in point.scenarios]))
     return seen, extrapolated, _packed(kept)
 
 
