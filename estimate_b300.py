@@ -1871,22 +1871,23 @@ class SweepPlan(NamedTuple):
         return over_cpus([functools.partial(work, self._points(i), i) for i in range(0, self.size, SWEEP_CHUNK)])
 
     def rows(self) -> Iterator[SweepRow]:
-        """What a table shows of every point."""
+        """What a table shows of every point: as the check held it for a table, else made again."""
         for start in range(0, self.size, SWEEP_CHUNK):
             held = self._held(start) if self.table else None
             yield from map(sweep_row, self._points(start)) if held is None else _unpacked(held)
 
     def _points(self, start: int) -> Iterator[SweepPoint]:
+        """The chunk of points from `start`: as the check held them, else estimated again."""
         held = None if self.table else self._held(start)
         if held is None:
             yield from (point for _, point in self.estimated(start))
         else:
-            made: dict[int, Scenario] = {}  # a scenario shared by points, made once
+            made: dict[int, Scenario] = {}  # a scenario that points share, made once: JSON and CSV encode it once
             for values, rows in _unpacked(held):
                 scenarios = [made.get(id(r)) or made.setdefault(id(r), Scenario._make((*r, {}))) for r in rows]
                 yield SweepPoint(values, tuple(scenarios))
 
-    def _held(self, start: int) -> Any:
+    def _held(self, start: int) -> bytes | None:
         return self.held[start // SWEEP_CHUNK] if self.held else None
 
     def estimated(self, start: int) -> Iterator[tuple[Calibration, SweepPoint]]:
@@ -1949,8 +1950,7 @@ def _check_chunk(plan: SweepPlan, start: int) -> tuple[dict[str, tuple[int, str,
 
 
 def _packed(items: list[Any]) -> bytes:
-    """Items pickled and compressed. An object they share (the model's caches give back the very scenario
-    records a swept value does not reach) is packed once and read back once."""
+    """Items pickled and compressed; an object they share is packed once and read back once."""
     import pickle
     import zlib
 
