@@ -1686,13 +1686,11 @@ def over_cpus(tasks: Sequence[Callable[[], T]], min_tasks: int = 2) -> Generator
     if workers < 2:
         yield from (task() for task in tasks)
         return
-    import gc
     import pickle
     import signal
 
     started: list[tuple[int, BinaryIO] | None] = []  # each worker's pid and the pipe it writes to
-    gc.freeze()  # the objects made so far stay out of the workers' collections, whose passes over them would copy
-    try:  # every page the workers share with this process (as Python's gc.freeze documents)
+    try:
         for w in range(workers):
             started.append(_start_worker(tasks[w::workers], started))
         for i, task in enumerate(tasks):
@@ -1700,7 +1698,6 @@ def over_cpus(tasks: Sequence[Callable[[], T]], min_tasks: int = 2) -> Generator
             data = _received(worker[1]) if worker else None
             yield task() if data is None else pickle.loads(data)
     finally:
-        gc.unfreeze()
         for pid, pipe in filter(None, started):
             pipe.close()
             with contextlib.suppress(OSError):
