@@ -1758,7 +1758,7 @@ def _received(pipe: BinaryIO) -> bytes | None:
 
 
 SWEEP_CHUNK = 1000  # points a worker estimates at a time: a 3 MB piece of JSON
-SWEEP_HELD = 32 * 2**20  # bytes of checked points held for the output, compressed: about 140 bytes a point
+SWEEP_HELD = 16 * 2**20  # bytes of checked points held for the output, compressed: about 140 bytes a point
 
 
 class Sweep(NamedTuple):
