@@ -1859,10 +1859,6 @@ class SweepPlan(NamedTuple):
     extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
     held: tuple[bytes | None, ...] = ()  # what the output reads of each chunk; None past SWEEP_HELD
 
-    def points(self) -> Iterator[SweepPoint]:
-        """Every combination of the sweeps' values, the first sweep outermost."""
-        return itertools.chain.from_iterable(map(self._points, range(0, self.size, SWEEP_CHUNK)))
-
     def in_chunks(self, work: Callable[[Iterator[SweepPoint], int], T]) -> Iterator[T]:
         """work(points, index of the first), chunk by chunk in order, on every CPU (see over_cpus)."""
         return over_cpus([functools.partial(work, self._points(i), i) for i in range(0, self.size, SWEEP_CHUNK)])
