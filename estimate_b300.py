@@ -66,7 +66,8 @@ MAX_NESTING = 32  # lists and objects within a --set value
 MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid; 800,000 scenarios are plenty
 MAX_FIT = 8  # values fitted at once: more than the measurements of one model can usually tell apart
 FIT_STEPS = 100  # Levenberg-Marquardt steps of a fit or a refit: a few are the rule, the rest a value running off
-MAX_LOO_PREDICTIONS = 200_000  # predictions the leave-one-out refits may make: a few seconds at most
+MAX_FIT_ESTIMATES = 20_000  # predictions and tree steps the least squares may make: 3x what 8 values took
+MAX_LOO_ESTIMATES = 120_000  # and the leave-one-out refits after it, spread over the CPUs: see fit()
 MAX_ARGUMENTS = 1000  # on the command line: 100 --measured and 8 --fit take 216
 MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values needs far fewer
 
@@ -182,6 +183,11 @@ class Measurement(NamedTuple):
     tok_s: float
     source: str
     origin: str  # where it was given: "measurements[2]", or the --measured option
+
+    @property
+    def tree(self) -> tuple[str | None, str, int | None, int | None]:
+        """What its prediction's step rests on: measurements alike in this share one step."""
+        return self.drafter, self.pipeline, self.block, self.budget
 
 
 class Range(NamedTuple):
@@ -598,12 +604,6 @@ def drafter_on(cal: Calibration, drafter: Drafter, pipeline: str, accepts: tuple
     return _drafter_on(cal.hardware, cal.model, cal.moe_curve, cal.anchors, drafter, engine, pipeline, accepts, limit)
 
 
-def step_on(cal: Calibration, drafter: Drafter, pipeline: str) -> Step:
-    """One drafter's step on one pipeline."""
-    engine = cal.native_engine if pipeline == "native" else None
-    return _step_on(cal.hardware, cal.model, cal.moe_curve, cal.anchors, drafter, engine)
-
-
 def cannot_run(sglang: SglangPipeline | None, drafter: Drafter) -> str | None:
     """Why SGLang cannot run a drafter's tree, or None when it can (or the calibration sets no limit)."""
     if sglang is None or drafter.budget <= sglang.max_budget:
@@ -618,17 +618,9 @@ def _drafter_on(
     hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, anchors: Anchors, drafter: Drafter,
     engine: NativeEngine | None, pipeline: str, accepts: tuple[Figure, ...], limit: str | None,
 ) -> tuple[Scenario, ...]:  # fmt: skip
-    dec, part = _decompose(hardware, model, curve, anchors), _step_on(hardware, model, curve, anchors, drafter, engine)
-    return tuple(scenario(dec, drafter, pipeline, accept, part, limit) for accept in accepts)
-
-
-@functools.lru_cache(maxsize=256)  # a fit predicts measurements of a few trees many times over
-def _step_on(
-    hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, anchors: Anchors, drafter: Drafter,
-    engine: NativeEngine | None,
-) -> Step:  # fmt: skip
     dec = _decompose(hardware, model, curve, anchors)
-    return step(dec, drafter, kept(engine), _moe_time(hardware, model, curve, drafter.budget + 1))
+    part = step(dec, drafter, kept(engine), _moe_time(hardware, model, curve, drafter.budget + 1))
+    return tuple(scenario(dec, drafter, pipeline, accept, part, limit) for accept in accepts)
 
 
 def derivation(*figures: Figure, found: dict[int, Figure] | None = None) -> list[Figure]:
@@ -695,13 +687,14 @@ def measured_drafter(cal: Calibration, m: Measurement) -> Drafter:
     return drafter._replace(block=block, budget=budget)
 
 
-def measured_tree(cal: Calibration, m: Measurement) -> tuple[Drafter | None, Figure]:
+def measured_tree(cal: Calibration, dec: Decomposition, m: Measurement) -> tuple[Drafter | None, Figure]:
     """What a measurement's prediction rests on besides its accept length: the drafter it ran and that
     drafter's step on its pipeline; for an autoregressive run, None and the AR tok/s."""
     if m.drafter is None:
-        return None, ar_tok_s(cal, decompose(cal), m.pipeline)
+        return None, ar_tok_s(cal, dec, m.pipeline)
     drafter = measured_drafter(cal, m)
-    return drafter, step_on(cal, drafter, m.pipeline).step
+    engine = cal.native_engine if m.pipeline == "native" else None
+    return drafter, step(dec, drafter, kept(engine), moe_time(cal, drafter.budget + 1)).step
 
 
 def predict(m: Measurement, tree: tuple[Drafter | None, Figure]) -> Figure:
@@ -2052,10 +2045,10 @@ class Prediction(NamedTuple):
 def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = None) -> tuple[Prediction, ...]:
     """Every measurement (by default the calibration's) with the model's prediction for it."""
     found: list[Prediction] = []
+    dec = decompose(cal)
     trees: dict[tuple[object, ...], tuple[Drafter | None, Figure]] = {}  # a few trees: each tree's step once
     for m in cal.measurements if measurements is None else measurements:
-        key = (m.drafter, m.pipeline, m.block, m.budget)
-        tree = trees.get(key) or trees.setdefault(key, measured_tree(cal, m))
+        tree = trees.get(key := m.tree) or trees.setdefault(key, measured_tree(cal, dec, m))
         predicted, drafter = predict(m, tree), tree[0]
         ratio = predicted.value / m.tok_s
         block, budget = (None, None) if drafter is None else (drafter.block, drafter.budget)
@@ -2155,7 +2148,8 @@ def fit(
             "expected at least as many measurements as values", file=option,
         )  # fmt: skip
     start = [number_at(doc, path) for path, _ in keys]
-    spent = [0]  # predictions made by the fit, or by the refit under way: leave-one-out stops at a budget
+    spent = [0]  # estimates (predictions and tree steps) of the least squares, then of the refit under way
+    trees = len({m.tree for m in measurements})  # a trial estimates each tree's step once, then each prediction
 
     def calibrated(values: Sequence[float]) -> Calibration:
         """The calibration at these values, its scenarios estimated too: a fit goes only where the report holds."""
@@ -2165,8 +2159,12 @@ def fit(
 
     failed: list[CalibrationError] = []  # why the calibration did not hold, the last time values failed
 
+    def over_budget() -> bool:
+        """Whether the least squares under way, the fit's or a refit's, has spent its budget."""
+        return spent[0] > MAX_FIT_ESTIMATES
+
     def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
-        spent[0] += len(among)
+        spent[0] += len(among) + min(len(among), trees)
         try:
             return [p.residual for p in predictions(calibrated(values), among)]
         except CalibrationError as exc:  # a value at which the calibration does not hold
@@ -2198,7 +2196,7 @@ def fit(
                 f"the calibration does not hold: {failed[-1].message}", file=option,
             )  # fmt: skip
         _check_identifiable(_jacobian(residuals, begin, r_begin, ends), begin, names, measurements, option)
-        values, stop = _levenberg_marquardt(residuals, begin, r_begin, ends)
+        values, stop = _levenberg_marquardt(residuals, begin, r_begin, ends, spent=over_budget)
         method = "least squares of ln tok/s (Levenberg-Marquardt)"
     loo: list[float | None] = [None] * len(measurements)
     warnings = []
@@ -2208,9 +2206,13 @@ def fit(
             f"{failed[-1].path}: {failed[-1].message}; the measurements pull the values past what the model can take"
         )
     if stop == "steps":
+        after = (
+            f"at its budget of {MAX_FIT_ESTIMATES:,} estimates (predictions and tree steps)"
+            if spent[0] > MAX_FIT_ESTIMATES else f"after {FIT_STEPS} steps"
+        )  # fmt: skip
         warnings.append(
-            f"{option}: the fit stopped after {FIT_STEPS} steps, still lowering the cost: the values are where it "
-            "stopped, not at a minimum; the measurements may leave a value free to run off (fit fewer values)"
+            f"{option}: the fit stopped {after}, still lowering the cost: the values are where it stopped, not at a "
+            "minimum; the measurements may leave a value free to run off (fit fewer values)"
         )
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
         r_full = residuals(values)
@@ -2222,7 +2224,7 @@ def fit(
         free = [k for k, (v, d) in enumerate(zip(values, domains, strict=True)) if not _at_edge(v, d)]
 
         def refit_without(i: int) -> tuple[float | None, int, bool]:
-            """Measurement i's residual when the fit is made without it, the predictions that took, and whether
+            """Measurement i's residual when the fit is made without it, the estimates that took, and whether
             the refit stopped short of a minimum (at a wall, or out of steps: its residual is then null)."""
             spent[0] = 0
             rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
@@ -2234,25 +2236,25 @@ def fit(
             except CalibrationError:  # without it the values cannot be told apart: no refit
                 return None, 0, False
             rest_residuals = functools.partial(residuals, among=rest)
-            refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns)
+            refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns, over_budget)
             r_out = residuals(refit, [measurements[i]]) if refit_stop == "minimum" else None
             return None if r_out is None else r_out[0], spent[0], refit_stop != "minimum"
 
         used, short = 0, 0
         tasks = [functools.partial(refit_without, i) for i in range(len(measurements))]
         with contextlib.closing(over_cpus(tasks, min_tasks=32)) as refits:  # fewer: forking would not pay
-            for i, (residual, predicted, stopped_short) in enumerate(refits, 1):
-                loo[i - 1], used, short = residual, used + predicted, short + stopped_short
-                if used > MAX_LOO_PREDICTIONS and i < len(measurements):
+            for i, (residual, estimates, stopped_short) in enumerate(refits, 1):
+                loo[i - 1], used, short = residual, used + estimates, short + stopped_short
+                if used > MAX_LOO_ESTIMATES and i < len(measurements):
                     warnings.append(
                         f"{option}: leave-one-out stopped after {i} of {len(measurements)} refits, at its budget "
-                        f"of {MAX_LOO_PREDICTIONS:,} predictions; the rest are null"
+                        f"of {MAX_LOO_ESTIMATES:,} estimates (predictions and tree steps); the rest are null"
                     )
                     break
         if short:
             warnings.append(
                 f"{option}: {short} leave-one-out refit{'s' if short > 1 else ''} stopped short of a minimum (where "
-                f"the calibration stops holding, or after {FIT_STEPS} steps); "
+                f"the calibration stops holding, or after {FIT_STEPS} steps or {MAX_FIT_ESTIMATES:,} estimates); "
                 f"{'their residuals are' if short > 1 else 'its residual is'} null"
             )
     ranges = {r.path: r for r in cal.ranges or ()}
@@ -2383,21 +2385,23 @@ def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list
 
 def _levenberg_marquardt(
     residuals: Residuals, start: Sequence[float], r0: Sequence[float], ends: Sequence[tuple[float, float]],
-    columns: list[list[float]] | None = None, iterations: int = FIT_STEPS,
+    columns: list[list[float]] | None = None, spent: Callable[[], bool] = lambda: False,
 ) -> tuple[list[float], Stop]:  # fmt: skip
     """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends); and
     where it stopped: "minimum", "wall" (its last steps failed because the calibration stops holding there),
-    or "steps" (still lowering the cost after `iterations` steps).
+    or "steps" (still lowering the cost after FIT_STEPS steps, or when `spent()` says so before a step).
 
     A step that would take a value past an end stops it there; there it is held while the cost falls
     outward, and the other values move without it. `columns` is the Jacobian at `start` when the caller
     has it. It stops when a step no longer lowers the cost by more than float noise, or no longer moves
-    the values, or after `iterations` steps; or when a step reached the minimum of the linear model
+    the values, or after FIT_STEPS steps; or when a step reached the minimum of the linear model
     (r + J step) and lowered the cost by what that model foresaw, both to float noise: the model then
     holds here, and a further step would gain float noise.
     """
     values, r, cost, damping = list(start), list(r0), sum(x * x for x in r0), 1e-3
-    for _ in range(iterations):
+    for _ in range(FIT_STEPS):
+        if spent():
+            break
         columns = columns or _jacobian(residuals, values, r, ends)
         a = _products(columns, columns)  # J^T J
         g = [row[0] for row in _products(columns, [r])]  # J^T r
@@ -3811,8 +3815,9 @@ def usage_error(message: str) -> CalibrationError:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    wrapped = functools.partial(argparse.RawDescriptionHelpFormatter, width=terminal_columns() - 2)  # as argparse's
     parser = _Parser(
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG, add_help=False,
+        formatter_class=wrapped, epilog=EPILOG, add_help=False,
         description="Estimate Kimi K2.x + DDTree decode throughput on B300 from calibration.json.",
     )  # fmt: skip
 

@@ -15,6 +15,10 @@
 3. Fits, in process: measurements made by the model at known values with 1% noise, fitted from
    the shipped values: 5 values to 50 measurements (the least squares alone, then with
    leave-one-out), and 2 and 5 values to 100 measurements with leave-one-out.
+4. Large runs: a 1,000-point curve with --sensitivity, fits of 100 measurements over many trees
+   (of 8 values too, and of measurements no values can reach, which spend the fit's budgets),
+   and a sweep of one point: the installed command with --format json, 3 rounds, on every CPU
+   and on one.
 
 It needs `pip install .` (or `-e .`) into the interpreter that runs it.
 """
@@ -225,8 +229,10 @@ def large_calibrations(directory: Path) -> dict[str, list[str]]:
         wild["measurements"].append({"drafter": rng.choice(eb.DRAFTERS), "pipeline": rng.choice(eb.PIPELINES),
                                      "block": block, "budget": budget, "tok_s": rng.uniform(150, 900),
                                      "accept": round(rng.uniform(1.5, min(block, budget) + 1), 2)})  # fmt: skip
+    runaway = {**wild, "measurements": [{**m, "tok_s": 50 * m["tok_s"]} for m in wild["measurements"]]}
     files = {}
-    for name, content in (("sensitivity", sensitivity), ("experts", experts), ("trees", trees), ("wild", wild)):
+    named = {"sensitivity": sensitivity, "experts": experts, "trees": trees, "wild": wild, "runaway": runaway}
+    for name, content in named.items():
         files[name] = directory / f"{name}.json"
         files[name].write_text(json.dumps(content))
 
@@ -235,6 +241,9 @@ def large_calibrations(directory: Path) -> dict[str, list[str]]:
 
     five = fitting(*(f"moe_curve.points[{i}].ms" for i in (20, 60, 90)))
     wild5 = fitting("anchors.ar_tok_s", *(f"moe_curve.points[{i}].ms" for i in (46, 279)))
+    points = [f"moe_curve.points[{i}].ms" for i in (46, 279, 119, 52)]
+    wild8 = fitting("anchors.ar_tok_s", "anchors.ddtree.tok_s", *points)
+    runaway8 = fitting("hardware.target.mem_bandwidth_tb_s", "anchors.ddtree.tok_s", *points)
     sweep = "moe_curve.points[5].ms=9:10:0.01"
     return {
         "--sensitivity, 10 ranges (4 on points)": [f"--calibration={files['sensitivity']}", "--sensitivity"],
@@ -242,6 +251,11 @@ def large_calibrations(directory: Path) -> dict[str, list[str]]:
         "--fit of 2 values to 100 measurements over 90 trees": [f"--calibration={files['trees']}", *fitting()],
         "--fit of 5 values to them, and --sensitivity": [f"--calibration={files['trees']}", *five, "--sensitivity"],
         "--fit of 5 values to 100 random measurements": [f"--calibration={files['wild']}", *wild5],
+        "--fit of 8 values to them": [f"--calibration={files['wild']}", *wild8],
+        "--fit of 8 values to them 50x faster, past what any values give": [
+            f"--calibration={files['runaway']}",
+            *runaway8,
+        ],
         "--sweep of one point's time over 101 values": [f"--calibration={files['trees']}", f"--sweep={sweep}"],
     }
 

@@ -479,9 +479,31 @@ def test_a_fit_still_moving_after_100_steps_says_so(capsys: pytest.CaptureFixtur
     assert "--fit: the fit stopped after 100 steps, still lowering the cost" in run.err
     assert (
         "--fit: 1 leave-one-out refit stopped short of a minimum (where the calibration stops holding, or after "
-        "100 steps); its residual is null" in run.err
+        "100 steps or 20,000 estimates); its residual is null" in run.err
     )
     assert [m["loo_residual"] is None for m in run.json()["fit"]["measurements"]] == [False, False, False, True]
+
+
+def test_a_fit_stops_at_its_budget_of_estimates(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run above on a budget of 100 estimates (a trial predicts 4 measurements over 3 trees: 7) stops after a
+    few steps and says so; it gets less far than the 100 steps do."""
+    measured = [f"--measured={m}" for m in ("stronger/native@5=348.218", "stronger/native@14=895.707",
+                                            "ar/native=205.805", "current/native@3=329.963")]  # fmt: skip
+    args = [*measured, "--set", "hardware.reference.mem_bandwidth_tb_s=1e-06", "--fit", "moe_curve.points[2].ms",
+            "--fit", "hardware.reference.mem_bandwidth_tb_s", "--format", "json"]  # fmt: skip
+    whole = run_main(capsys, *args).json()["fit"]
+    monkeypatch.setattr(eb, "MAX_FIT_ESTIMATES", 100)
+    run = run_main(capsys, *args)
+    assert run.code == 0
+    assert (
+        "--fit: the fit stopped at its budget of 100 estimates (predictions and tree steps), still lowering" in run.err
+    )
+    assert "after 100 steps, still" not in run.err
+    cut = run.json()["fit"]
+    assert cut["rms_after"] > whole["rms_after"] * (1 + 1e-6)
+    assert cut["values"] != whole["values"]
 
 
 def test_a_solved_value_just_below_an_open_end_prints_below_it(capsys: pytest.CaptureFixture[str]) -> None:
@@ -696,7 +718,7 @@ def test_leave_one_out_is_null_where_nothing_else_depends_on_the_value(capsys: p
 
 
 def test_leave_one_out_stops_at_its_budget(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(eb, "MAX_LOO_PREDICTIONS", 30)
+    monkeypatch.setattr(eb, "MAX_LOO_ESTIMATES", 30)
     run = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "json")
     loo = [m["loo_residual"] for m in run.json()["fit"]["measurements"]]
     assert loo[0] is not None and loo[-1] is None

@@ -191,6 +191,14 @@ def test_any_columns_is_clamped_or_ignored(columns: str) -> None:
     assert max(map(len, run.out.splitlines())) <= 1000
 
 
+@pytest.mark.parametrize(("columns", "as_if"), [("30", "60"), ("5000", "1000"), ("wide", "80")])
+def test_help_wraps_at_the_width_the_output_takes(columns: str, as_if: str) -> None:
+    """--help follows the tool's one width rule, COLUMNS clamped to 60..1,000, not argparse's own reading of it."""
+    run, same = (run_script("--help", env={"COLUMNS": c}) for c in (columns, as_if))
+    assert run.code == 0 and run.err == ""
+    assert run.out == same.out
+
+
 def test_bytes_in_the_environment_that_are_not_utf8() -> None:
     env = {k.encode(): v.encode() for k, v in os.environ.items() if k != "COLUMNS"} | {b"COLUMNS": b"\xff\xfe"}
     proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, env=env, cwd=ROOT, timeout=60)  # type: ignore[arg-type]
@@ -583,9 +591,9 @@ def test_leave_one_out_gives_the_same_on_one_cpu_and_on_many(
     ]  # fmt: skip
     args = ["--calibration", str(write_calibration(doc)), "--fit", "native_engine.overhead_cut", "--fit",
             "stronger_drafter.spec_scale", "--format", "json"]  # fmt: skip
-    runs, full = {}, eb.MAX_LOO_PREDICTIONS
+    runs, full = {}, eb.MAX_LOO_ESTIMATES
     for budget in (full, 2_000):
-        monkeypatch.setattr(eb, "MAX_LOO_PREDICTIONS", budget)
+        monkeypatch.setattr(eb, "MAX_LOO_ESTIMATES", budget)
         for cpus in (2, 1):
             forked = on_cpus(monkeypatch, cpus)
             runs[budget, cpus] = run_main(capsys, *args)
