@@ -1298,13 +1298,13 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
     curve points re-reads those points alone (a curve may have 1,000).
     """
     changed = list(changed)
-    keys = {str(path[0]) for path in changed}
-    if not keys <= SECTIONS.keys():
+    if not {path[0] for path in changed} <= SECTIONS.keys():
         return parse_calibration(doc)  # a key outside every section: the full read names it
+    keys = [key for key in SECTIONS if any(path[0] == key for path in changed)]  # in their order: the same error
     top = _Reader(doc, "", dict(cal.domains) if "ranges" in keys else None)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
     if in_curve and all(len(path) == 4 and path[1] == "points" and path[3] == "ms" for path in in_curve):
-        keys.discard("moe_curve")  # the times of some points alone
+        keys.remove("moe_curve")  # the times of some points alone
         positions = {int(path[2]) for path in in_curve}
         cal = cal._replace(moe_curve=_reread_times(top.child("moe_curve"), cal.moe_curve, positions))
     return _checked(cal._replace(**{key: _read_section(top, key) for key in keys}))  # type: ignore[arg-type]

@@ -577,6 +577,16 @@ def test_a_bad_point_in_a_late_chunk_fails_as_it_would_alone(
     assert run_main(capsys, *args) == many
 
 
+@pytest.mark.parametrize("option", ["--sweep", "--set"])
+def test_a_point_wrong_in_two_sections_names_the_first_in_the_file(option: str) -> None:
+    """Each value alone is a number the key may take; together both sections break: the earlier one is named,
+    whatever order Python's string hashing gives a set of section names."""
+    args = [option, "anchors.ddtree.accept=20", option, "stronger_drafter.block=4"]
+    runs = [run_script(*args, env={"PYTHONHASHSEED": str(seed)}) for seed in range(6)]
+    assert_clean_error(runs[0], "anchors.ddtree.accept: 20 exceeds the tree's limit")
+    assert all(run == runs[0] for run in runs)
+
+
 def test_leave_one_out_gives_the_same_on_one_cpu_and_on_many(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, write_calibration: Any
 ) -> None:
