@@ -1298,9 +1298,9 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
     curve points re-reads those points alone (a curve may have 1,000).
     """
     changed = list(changed)
-    if not {path[0] for path in changed} <= SECTIONS.keys():
+    if not (heads := {path[0] for path in changed}) <= SECTIONS.keys():
         return parse_calibration(doc)  # a key outside every section: the full read names it
-    keys = [key for key in SECTIONS if any(path[0] == key for path in changed)]  # in their order: the same error
+    keys = [key for key in SECTIONS if key in heads]  # in their order, so that two errors give the first
     top = _Reader(doc, "", dict(cal.domains) if "ranges" in keys else None)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
     if in_curve and all(len(path) == 4 and path[1] == "points" and path[3] == "ms" for path in in_curve):
