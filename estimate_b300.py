@@ -2206,17 +2206,17 @@ def fit(
             f"{failed[-1].path}: {failed[-1].message}; the measurements pull the values past what the model can take"
         )
     if stop == "steps":
-        after = (
+        where = (
             f"at its budget of {MAX_FIT_ESTIMATES:,} estimates (predictions and tree steps)"
             if spent[0] > MAX_FIT_ESTIMATES else f"after {FIT_STEPS} steps"
         )  # fmt: skip
         warnings.append(
-            f"{option}: the fit stopped {after}, still lowering the cost: the values are where it stopped, not at a "
+            f"{option}: the fit stopped {where}, still lowering the cost: the values are where it stopped, not at a "
             "minimum; the measurements may leave a value free to run off (fit fewer values)"
         )
+    after = predictions(calibrated(values), measurements)  # the fit only moves to values where the calibration holds
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
-        r_full = residuals(values)
-        assert r_full is not None  # the fit only moves to values where the calibration holds
+        r_full = [p.residual for p in after]
         j_full = _jacobian(residuals, values, r_full, ends)
         # A value the full fit left on an edge may stay there, so only the others need the rest to tell them
         # apart. (Should a refit move such a value off its edge, it is refitted unchecked; a value that moves
@@ -2271,8 +2271,7 @@ def fit(
         f"{option} {v.path}: {v.text} lies on the edge of the values it may take ({d.describe()})"
         for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d)
     ]  # fmt: skip
-    return Fit(fit_values, before, predictions(calibrated(values), measurements), tuple(loo), tuple(roots),
-               method, tuple(warnings))  # fmt: skip
+    return Fit(fit_values, before, after, tuple(loo), tuple(roots), method, tuple(warnings))
 
 
 def _ends(domain: Domain) -> tuple[float, float]:
