@@ -66,8 +66,9 @@ MAX_NESTING = 32  # lists and objects within a --set value
 MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid; 800,000 scenarios are plenty
 MAX_FIT = 8  # values fitted at once: more than the measurements of one model can usually tell apart
 FIT_STEPS = 100  # Levenberg-Marquardt steps of a fit or a refit: a few are the rule, the rest a value running off
-MAX_FIT_ESTIMATES = 20_000  # predictions and tree steps the least squares may make: 3x what 8 values took
-MAX_LOO_ESTIMATES = 120_000  # and the leave-one-out refits after it, spread over the CPUs: see fit()
+MAX_FIT_EVALUATIONS = 20_000  # of the model, by a least squares (3x what one of 8 values took): see fit()
+MAX_LOO_EVALUATIONS = 160_000  # by the leave-one-out refits in all, spread over the CPUs
+REREAD_EVALUATIONS = 30  # what a trial's re-read of the calibration costs, counted as evaluations (measured)
 MAX_ARGUMENTS = 1000  # on the command line: 100 --measured and 8 --fit take 216
 MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values needs far fewer
 
@@ -1300,14 +1301,16 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
     changed = list(changed)
     if not (heads := {path[0] for path in changed}) <= SECTIONS.keys():
         return parse_calibration(doc)  # a key outside every section: the full read names it
-    keys = [key for key in SECTIONS if key in heads]  # in their order, so that two errors give the first
-    top = _Reader(doc, "", dict(cal.domains) if "ranges" in keys else None)
+    top = _Reader(doc, "", dict(cal.domains) if "ranges" in heads else None)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
-    if in_curve and all(len(path) == 4 and path[1] == "points" and path[3] == "ms" for path in in_curve):
-        keys.remove("moe_curve")  # the times of some points alone
-        positions = {int(path[2]) for path in in_curve}
-        cal = cal._replace(moe_curve=_reread_times(top.child("moe_curve"), cal.moe_curve, positions))
-    return _checked(cal._replace(**{key: _read_section(top, key) for key in keys}))  # type: ignore[arg-type]
+    times = all(len(path) == 4 and path[1] == "points" and path[3] == "ms" for path in in_curve)  # of points alone
+    read: dict[str, object] = {}
+    for key in [key for key in SECTIONS if key in heads]:  # in file order: of two errors, the file's first is told
+        if key == "moe_curve" and times:
+            read[key] = _reread_times(top.child(key), cal.moe_curve, {int(path[2]) for path in in_curve})
+        else:
+            read[key] = _read_section(top, key)
+    return _checked(cal._replace(**read))  # type: ignore[arg-type]
 
 
 def _read_section(top: _Reader, key: str) -> object:
@@ -1545,9 +1548,12 @@ Change = tuple[PathSegments, object]  # a key path and the value it takes
 
 
 def recalibrate(doc: object, cal: Calibration, changes: Sequence[Change]) -> tuple[object, Calibration]:
-    """The document and calibration with some values changed, checked again where they changed."""
+    """The document and calibration with some values changed, checked again where they changed; all of it
+    when a value is a list, an object or null, which may add or remove keys that `ranges` name, as --set does."""
     for path, value in changes:
         doc = set_path(doc, path, value)
+    if any(value is None or isinstance(value, (list, dict)) for _, value in changes):
+        return doc, parse_calibration(doc)
     return doc, reread(cal, doc, [path for path, _ in changes])
 
 
@@ -2148,8 +2154,7 @@ def fit(
             "expected at least as many measurements as values", file=option,
         )  # fmt: skip
     start = [number_at(doc, path) for path, _ in keys]
-    spent = [0]  # estimates (predictions and tree steps) of the least squares, then of the refit under way
-    trees = len({m.tree for m in measurements})  # a trial estimates each tree's step once, then each prediction
+    spent = [0]  # evaluations of the model by the least squares, then by the refit under way
 
     def calibrated(values: Sequence[float]) -> Calibration:
         """The calibration at these values, its scenarios estimated too: a fit goes only where the report holds."""
@@ -2161,10 +2166,10 @@ def fit(
 
     def over_budget() -> bool:
         """Whether the least squares under way, the fit's or a refit's, has spent its budget."""
-        return spent[0] > MAX_FIT_ESTIMATES
+        return spent[0] > MAX_FIT_EVALUATIONS
 
     def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
-        spent[0] += len(among) + min(len(among), trees)
+        spent[0] += REREAD_EVALUATIONS + rows + min(len(among), trees) + len(among)
         try:
             return [p.residual for p in predictions(calibrated(values), among)]
         except CalibrationError as exc:  # a value at which the calibration does not hold
@@ -2174,7 +2179,8 @@ def fit(
     domains = [domain for _, domain in keys]
     ends = [_ends(domain) for domain in domains]
     before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
-    scenarios(cal)  # and so is one of the report's, which every trial of the fit estimates
+    rows = len(scenarios(cal))  # and so is one of the report's scenarios, which every trial estimates too
+    trees = len({m.tree for m in measurements})  # besides each tree's step, once, and each prediction
     r0 = [p.residual for p in before]
     roots: list[float] = []
     stop: Stop = "minimum"  # where the least squares stopped
@@ -2207,8 +2213,8 @@ def fit(
         )
     if stop == "steps":
         where = (
-            f"at its budget of {MAX_FIT_ESTIMATES:,} estimates (predictions and tree steps)"
-            if spent[0] > MAX_FIT_ESTIMATES else f"after {FIT_STEPS} steps"
+            f"at its budget of {MAX_FIT_EVALUATIONS:,} evaluations of the model (each a prediction or a tree's step)"
+            if spent[0] > MAX_FIT_EVALUATIONS else f"after {FIT_STEPS} steps"
         )  # fmt: skip
         warnings.append(
             f"{option}: the fit stopped {where}, still lowering the cost: the values are where it stopped, not at a "
@@ -2223,9 +2229,10 @@ def fit(
         # no prediction then takes no step, as _solve_linear gives a zero pivot none.)
         free = [k for k, (v, d) in enumerate(zip(values, domains, strict=True)) if not _at_edge(v, d)]
 
-        def refit_without(i: int) -> tuple[float | None, int, bool]:
-            """Measurement i's residual when the fit is made without it, the estimates that took, and whether
-            the refit stopped short of a minimum (at a wall, or out of steps: its residual is then null)."""
+        def refit_without(i: int) -> tuple[float | None, int, str]:
+            """Measurement i's residual when the fit is made without it, the evaluations that took, and why the
+            residual is null: "alone" (the rest cannot make the fit), "short" (the refit stopped short of a
+            minimum: at a wall, or out of steps or evaluations), or "" when it is not."""
             spent[0] = 0
             rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
             columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
@@ -2234,27 +2241,35 @@ def fit(
                     free_values, free_names = [values[k] for k in free], [names[k] for k in free]
                     _check_identifiable([columns[k] for k in free], free_values, free_names, rest, option)
             except CalibrationError:  # without it the values cannot be told apart: no refit
-                return None, 0, False
+                return None, 0, "alone"
             rest_residuals = functools.partial(residuals, among=rest)
             refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns, over_budget)
             r_out = residuals(refit, [measurements[i]]) if refit_stop == "minimum" else None
-            return None if r_out is None else r_out[0], spent[0], refit_stop != "minimum"
+            return None if r_out is None else r_out[0], spent[0], "" if refit_stop == "minimum" else "short"
 
-        used, short = 0, 0
+        used, null = 0, {"alone": 0, "short": 0, "": 0}
         tasks = [functools.partial(refit_without, i) for i in range(len(measurements))]
-        with contextlib.closing(over_cpus(tasks, min_tasks=32)) as refits:  # fewer: forking would not pay
-            for i, (residual, estimates, stopped_short) in enumerate(refits, 1):
-                loo[i - 1], used, short = residual, used + estimates, short + stopped_short
-                if used > MAX_LOO_ESTIMATES and i < len(measurements):
+        with contextlib.closing(over_cpus(tasks, min_tasks=8)) as refits:  # fewer: forking would not pay
+            for i, (residual, evaluations, why) in enumerate(refits, 1):
+                loo[i - 1], used, null[why] = residual, used + evaluations, null[why] + 1
+                if used > MAX_LOO_EVALUATIONS and i < len(measurements):
                     warnings.append(
-                        f"{option}: leave-one-out stopped after {i} of {len(measurements)} refits, at its budget "
-                        f"of {MAX_LOO_ESTIMATES:,} estimates (predictions and tree steps); the rest are null"
+                        f"{option}: leave-one-out stopped after {i} of {len(measurements)} refits, at its budget of "
+                        f"{MAX_LOO_EVALUATIONS:,} evaluations of the model (each a prediction or a tree's step); the "
+                        f"residuals of the last {len(measurements) - i} measurements are null (fit fewer values or "
+                        "fewer measurements to have them all)"
                     )
                     break
-        if short:
+        if alone := null["alone"]:
+            warnings.append(
+                f"{option}: {alone} leave-one-out residual{'s are' if alone > 1 else ' is'} null: without "
+                f"{'each of those measurements' if alone > 1 else 'that measurement'}, the rest cannot make the fit "
+                "(a value none of them moves, or values they cannot tell apart)"
+            )
+        if short := null["short"]:
             warnings.append(
                 f"{option}: {short} leave-one-out refit{'s' if short > 1 else ''} stopped short of a minimum (where "
-                f"the calibration stops holding, or after {FIT_STEPS} steps or {MAX_FIT_ESTIMATES:,} estimates); "
+                f"the calibration stops holding, or after {FIT_STEPS} steps or {MAX_FIT_EVALUATIONS:,} evaluations); "
                 f"{'their residuals are' if short > 1 else 'its residual is'} null"
             )
     ranges = {r.path: r for r in cal.ranges or ()}
@@ -2384,21 +2399,21 @@ def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list
 
 def _levenberg_marquardt(
     residuals: Residuals, start: Sequence[float], r0: Sequence[float], ends: Sequence[tuple[float, float]],
-    columns: list[list[float]] | None = None, spent: Callable[[], bool] = lambda: False,
+    columns: list[list[float]] | None = None, spent: Callable[[], bool] = lambda: False, steps: int = FIT_STEPS,
 ) -> tuple[list[float], Stop]:  # fmt: skip
     """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends); and
     where it stopped: "minimum", "wall" (its last steps failed because the calibration stops holding there),
-    or "steps" (still lowering the cost after FIT_STEPS steps, or when `spent()` says so before a step).
+    or "steps" (still lowering the cost after `steps` steps, or when `spent()` says so before a step).
 
     A step that would take a value past an end stops it there; there it is held while the cost falls
     outward, and the other values move without it. `columns` is the Jacobian at `start` when the caller
     has it. It stops when a step no longer lowers the cost by more than float noise, or no longer moves
-    the values, or after FIT_STEPS steps; or when a step reached the minimum of the linear model
+    the values, or after `steps` steps; or when a step reached the minimum of the linear model
     (r + J step) and lowered the cost by what that model foresaw, both to float noise: the model then
     holds here, and a further step would gain float noise.
     """
     values, r, cost, damping = list(start), list(r0), sum(x * x for x in r0), 1e-3
-    for _ in range(FIT_STEPS):
+    for _ in range(steps):
         if spent():
             break
         columns = columns or _jacobian(residuals, values, r, ends)

@@ -12,6 +12,7 @@ import io
 import itertools
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -479,7 +480,7 @@ def test_a_fit_still_moving_after_100_steps_says_so(capsys: pytest.CaptureFixtur
     assert "--fit: the fit stopped after 100 steps, still lowering the cost" in run.err
     assert (
         "--fit: 1 leave-one-out refit stopped short of a minimum (where the calibration stops holding, or after "
-        "100 steps or 20,000 estimates); its residual is null" in run.err
+        "100 steps or 20,000 evaluations); its residual is null" in run.err
     )
     assert [m["loo_residual"] is None for m in run.json()["fit"]["measurements"]] == [False, False, False, True]
 
@@ -494,11 +495,12 @@ def test_a_fit_stops_at_its_budget_of_estimates(
     args = [*measured, "--set", "hardware.reference.mem_bandwidth_tb_s=1e-06", "--fit", "moe_curve.points[2].ms",
             "--fit", "hardware.reference.mem_bandwidth_tb_s", "--format", "json"]  # fmt: skip
     whole = run_main(capsys, *args).json()["fit"]
-    monkeypatch.setattr(eb, "MAX_FIT_ESTIMATES", 100)
+    monkeypatch.setattr(eb, "MAX_FIT_EVALUATIONS", 100)
     run = run_main(capsys, *args)
     assert run.code == 0
     assert (
-        "--fit: the fit stopped at its budget of 100 estimates (predictions and tree steps), still lowering" in run.err
+        "--fit: the fit stopped at its budget of 100 evaluations of the model (each a prediction or a tree's step), "
+        "still lowering" in run.err
     )
     assert "after 100 steps, still" not in run.err
     cut = run.json()["fit"]
@@ -715,14 +717,20 @@ def test_leave_one_out_is_null_where_nothing_else_depends_on_the_value(capsys: p
     doc = run_main(capsys, "--calibration", str(EXAMPLE), "--fit", "anchors.ar_tok_s", "--format", "json").json()
     loo = [m["loo_residual"] for m in doc["fit"]["measurements"]]
     assert loo[3] is None and all(v is not None for v in loo[:3])
+    assert doc["warnings"][0] == (
+        "--fit: 1 leave-one-out residual is null: without that measurement, the rest cannot make the fit (a value "
+        "none of them moves, or values they cannot tell apart)"
+    )
 
 
 def test_leave_one_out_stops_at_its_budget(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(eb, "MAX_LOO_ESTIMATES", 30)
+    monkeypatch.setattr(eb, "MAX_LOO_EVALUATIONS", 30)
     run = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "json")
     loo = [m["loo_residual"] for m in run.json()["fit"]["measurements"]]
-    assert loo[0] is not None and loo[-1] is None
-    assert "leave-one-out stopped after" in run.err and "the rest are null" in run.err
+    stopped = re.search(r"leave-one-out stopped after (\d) of 4 refits, .* the residuals of the last (\d) measurements "
+                        r"are null \(fit fewer values or fewer measurements to have them all\)", run.err)  # fmt: skip
+    assert stopped and int(stopped[1]) + int(stopped[2]) == 4
+    assert None not in loo[: int(stopped[1])] and loo[int(stopped[1]) :] == [None] * int(stopped[2])
 
 
 def test_what_fails_after_a_fit_names_the_fitted_values(capsys: pytest.CaptureFixture[str]) -> None:
@@ -754,3 +762,18 @@ def test_csv_rows_name_the_fitted_values(capsys: pytest.CaptureFixture[str]) -> 
     fitted = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "json").json()["fit"]["values"]
     assert [float(row[FIT[1]]), float(row[FIT[3]])] == fitted
     assert list(row)[:2] == [FIT[1], FIT[3]]
+
+
+@pytest.mark.parametrize(("count", "forks"), [(7, 0), (8, 2)])
+def test_the_refits_go_to_workers_from_8_measurements(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, count: int, forks: int
+) -> None:
+    """Fewer refits are done in this process, where forking would cost more than it saves; the same output."""
+    measured = [f"--measured=current/native@{4 + i / 10:g}={420 + 5 * i}" for i in range(count)]
+    args = [*measured, "--fit", "native_engine.overhead_cut", "--format", "json"]
+    forked = on_cpus(monkeypatch, 2)
+    run = run_main(capsys, *args)
+    assert run.code == 0 and len(forked) == forks
+    assert None not in [m["loo_residual"] for m in run.json()["fit"]["measurements"]]
+    on_cpus(monkeypatch, 1)
+    assert run_main(capsys, *args) == run

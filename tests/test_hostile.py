@@ -587,6 +587,35 @@ def test_a_point_wrong_in_two_sections_names_the_first_in_the_file(option: str) 
     assert all(run == runs[0] for run in runs)
 
 
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        ("hardware.target.mem_bandwidth_tb_s=-1", "moe_curve.points[0].ms=-1"),
+        ("model.layers=0", "moe_curve.points[0].ms=-1"),
+    ],
+)
+def test_a_sweep_tells_the_error_that_set_tells(capsys: pytest.CaptureFixture[str], first: str, then: str) -> None:
+    """A curve point's time is read again apart from its section, yet in the section's place in the file."""
+    told = run_main(capsys, "--set", first, "--set", then).err.split(": ", 2)[2]
+    assert told.startswith(first.split("=")[0])
+    for order in ((first, then), (then, first)):
+        run = run_main(capsys, "--sweep", order[0], "--sweep", order[1])
+        assert_clean_error(run)
+        assert run.err.split(": ", 2)[2] == told
+
+
+def test_a_swept_list_is_read_as_set_reads_it(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
+    """A range on the third accept length: a sweep that leaves one accept length is refused, as --set refuses it."""
+    doc = default_doc()
+    doc["ranges"]["stronger_drafter.accept[2]"] = {"low": 15, "high": 16.5, "source": "x"}
+    path = str(write_calibration(doc))
+    told = "ranges.stronger_drafter.accept[2]: not a number of the calibration"
+    for option in ("--set", "--sweep"):
+        assert_clean_error(run_main(capsys, "--calibration", path, option, "stronger_drafter.accept=[14]"), told)
+    grid = run_main(capsys, "--calibration", path, "--sweep", "stronger_drafter.accept=[14]", "--sweep", "ranges.x=1,2")
+    assert_clean_error(grid, told)
+
+
 def test_leave_one_out_gives_the_same_on_one_cpu_and_on_many(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, write_calibration: Any
 ) -> None:
@@ -601,9 +630,9 @@ def test_leave_one_out_gives_the_same_on_one_cpu_and_on_many(
     ]  # fmt: skip
     args = ["--calibration", str(write_calibration(doc)), "--fit", "native_engine.overhead_cut", "--fit",
             "stronger_drafter.spec_scale", "--format", "json"]  # fmt: skip
-    runs, full = {}, eb.MAX_LOO_ESTIMATES
+    runs, full = {}, eb.MAX_LOO_EVALUATIONS
     for budget in (full, 2_000):
-        monkeypatch.setattr(eb, "MAX_LOO_ESTIMATES", budget)
+        monkeypatch.setattr(eb, "MAX_LOO_EVALUATIONS", budget)
         for cpus in (2, 1):
             forked = on_cpus(monkeypatch, cpus)
             runs[budget, cpus] = run_main(capsys, *args)
