@@ -28,6 +28,7 @@ the command line.
 
 import argparse
 import bisect
+import collections
 import contextlib
 import errno
 import functools
@@ -67,8 +68,8 @@ MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid; 800,000 sce
 MAX_FIT = 8  # values fitted at once: more than the measurements of one model can usually tell apart
 FIT_STEPS = 100  # Levenberg-Marquardt steps of a fit or a refit: a few are the rule, the rest a value running off
 MAX_FIT_EVALUATIONS = 20_000  # of the model, by a least squares (3x what one of 8 values took): see fit()
-MAX_LOO_EVALUATIONS = 160_000  # by the leave-one-out refits in all, spread over the CPUs
-REREAD_EVALUATIONS = 30  # what a trial's re-read of the calibration costs, counted as evaluations (measured)
+MAX_LOO_EVALUATIONS = 160_000  # by the leave-one-out refits in all, counted in their order
+REREAD_EVALUATIONS = 30  # a trial's re-read of the calibration: 10-30 predictions' time on the shipped one
 MAX_ARGUMENTS = 1000  # on the command line: 100 --measured and 8 --fit take 216
 MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values needs far fewer
 
@@ -187,7 +188,8 @@ class Measurement(NamedTuple):
 
     @property
     def tree(self) -> tuple[str | None, str, int | None, int | None]:
-        """What its prediction's step rests on: measurements alike in this share one step."""
+        """Its tree: what its prediction's step rests on, the drafter, block and budget as written and the
+        pipeline (an autoregressive run: None and the pipeline); measurements alike in this share one step."""
         return self.drafter, self.pipeline, self.block, self.budget
 
 
@@ -487,6 +489,11 @@ class Drafter(NamedTuple):
     attn_base_scale: Figure  # ATTN_BASE grows with the verify batch
     spec_scale: Figure  # draft + tree cost relative to the calibration drafter
 
+    @property
+    def m(self) -> int:
+        """The verify batch: the tree's budget and the token it grows from."""
+        return self.budget + 1
+
 
 def drafters(cal: Calibration) -> tuple[Drafter, Drafter]:
     """The current drafter (the DDTree anchor itself, both scales 1) and the stronger one."""
@@ -620,7 +627,7 @@ def _drafter_on(
     engine: NativeEngine | None, pipeline: str, accepts: tuple[Figure, ...], limit: str | None,
 ) -> tuple[Scenario, ...]:  # fmt: skip
     dec = _decompose(hardware, model, curve, anchors)
-    part = step(dec, drafter, kept(engine), _moe_time(hardware, model, curve, drafter.budget + 1))
+    part = step(dec, drafter, kept(engine), _moe_time(hardware, model, curve, drafter.m))
     return tuple(scenario(dec, drafter, pipeline, accept, part, limit) for accept in accepts)
 
 
@@ -695,7 +702,7 @@ def measured_tree(cal: Calibration, dec: Decomposition, m: Measurement) -> tuple
         return None, ar_tok_s(cal, dec, m.pipeline)
     drafter = measured_drafter(cal, m)
     engine = cal.native_engine if m.pipeline == "native" else None
-    return drafter, step(dec, drafter, kept(engine), moe_time(cal, drafter.budget + 1)).step
+    return drafter, step(dec, drafter, kept(engine), moe_time(cal, drafter.m)).step
 
 
 def predict(m: Measurement, tree: tuple[Drafter | None, Figure]) -> Figure:
@@ -1303,10 +1310,10 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
         return parse_calibration(doc)  # a key outside every section: the full read names it
     top = _Reader(doc, "", dict(cal.domains) if "ranges" in heads else None)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
-    times = all(len(path) == 4 and path[1] == "points" and path[3] == "ms" for path in in_curve)  # of points alone
+    only_point_times = all(len(path) == 4 and path[1] == "points" and path[3] == "ms" for path in in_curve)
     read: dict[str, object] = {}
-    for key in [key for key in SECTIONS if key in heads]:  # in file order: of two errors, the file's first is told
-        if key == "moe_curve" and times:
+    for key in [key for key in SECTIONS if key in heads]:  # in a full read's order: it tells the error --set tells
+        if key == "moe_curve" and only_point_times:
             read[key] = _reread_times(top.child(key), cal.moe_curve, {int(path[2]) for path in in_curve})
         else:
             read[key] = _read_section(top, key)
@@ -2057,8 +2064,7 @@ def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = N
         tree = trees.get(key := m.tree) or trees.setdefault(key, measured_tree(cal, dec, m))
         predicted, drafter = predict(m, tree), tree[0]
         ratio = predicted.value / m.tok_s
-        block, budget = (None, None) if drafter is None else (drafter.block, drafter.budget)
-        batch = 1 if budget is None else budget + 1
+        block, budget, batch = (None, None, 1) if drafter is None else (drafter.block, drafter.budget, drafter.m)
         found.append(Prediction(m, block, budget, batch, predicted.value, ratio - 1, math.log(ratio), predicted))
     return tuple(found)
 
@@ -2138,6 +2144,12 @@ def fit(
 
     Levenberg-Marquardt on a forward-difference Jacobian: a few values, at most 100 measurements. One value
     and one measurement (--solve) is a root of the residual instead, and every root over the domain is found.
+
+    The work is bounded by counts, so the output is the same on any machine. A trial of the values counts
+    as evaluations of the model: re-reading the calibration (REREAD_EVALUATIONS), the report's scenarios,
+    each tree's step (`Measurement.tree`) and each prediction. A least squares, the fit's or a refit's,
+    takes no further step past MAX_FIT_EVALUATIONS; the refits stop past MAX_LOO_EVALUATIONS in all, as
+    counted in their order, and the residuals of the rest are null. Every null residual gets a warning.
     """
     keys = [fittable(cal, p, option) for p in paths]
     names = [format_path(path) for path, _ in keys]
@@ -2154,6 +2166,8 @@ def fit(
             "expected at least as many measurements as values", file=option,
         )  # fmt: skip
     start = [number_at(doc, path) for path, _ in keys]
+    before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
+    scenario_count = len(scenarios(cal))  # and so is one in the report's scenarios, which every trial estimates
     spent = [0]  # evaluations of the model by the least squares, then by the refit under way
 
     def calibrated(values: Sequence[float]) -> Calibration:
@@ -2164,12 +2178,13 @@ def fit(
 
     failed: list[CalibrationError] = []  # why the calibration did not hold, the last time values failed
 
-    def over_budget() -> bool:
-        """Whether the least squares under way, the fit's or a refit's, has spent its budget."""
+    def past_budget() -> bool:
+        """Whether the least squares under way, the fit's or a refit's, is past its budget."""
         return spent[0] > MAX_FIT_EVALUATIONS
 
     def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
-        spent[0] += REREAD_EVALUATIONS + rows + min(len(among), trees) + len(among)
+        trees = len({m.tree for m in among})
+        spent[0] += REREAD_EVALUATIONS + scenario_count + trees + len(among)  # what the trial evaluates
         try:
             return [p.residual for p in predictions(calibrated(values), among)]
         except CalibrationError as exc:  # a value at which the calibration does not hold
@@ -2178,9 +2193,6 @@ def fit(
 
     domains = [domain for _, domain in keys]
     ends = [_ends(domain) for domain in domains]
-    before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
-    rows = len(scenarios(cal))  # and so is one of the report's scenarios, which every trial estimates too
-    trees = len({m.tree for m in measurements})  # besides each tree's step, once, and each prediction
     r0 = [p.residual for p in before]
     roots: list[float] = []
     stop: Stop = "minimum"  # where the least squares stopped
@@ -2201,8 +2213,9 @@ def fit(
                 failed[-1].path, f"at the values the fit starts from, {at} (the nearest to the values in force), "
                 f"the calibration does not hold: {failed[-1].message}", file=option,
             )  # fmt: skip
-        _check_identifiable(_jacobian(residuals, begin, r_begin, ends), begin, names, measurements, option)
-        values, stop = _levenberg_marquardt(residuals, begin, r_begin, ends, spent=over_budget)
+        columns = _jacobian(residuals, begin, r_begin, ends)
+        _check_identifiable(columns, begin, names, measurements, option)
+        values, stop = _levenberg_marquardt(residuals, begin, r_begin, ends, columns, past_budget)
         method = "least squares of ln tok/s (Levenberg-Marquardt)"
     loo: list[float | None] = [None] * len(measurements)
     warnings = []
@@ -2211,14 +2224,12 @@ def fit(
             f"{option}: the fit stopped where the calibration stops holding, not at a minimum: one step on, "
             f"{failed[-1].path}: {failed[-1].message}; the measurements pull the values past what the model can take"
         )
-    if stop == "steps":
-        where = (
-            f"at its budget of {MAX_FIT_EVALUATIONS:,} evaluations of the model (each a prediction or a tree's step)"
-            if spent[0] > MAX_FIT_EVALUATIONS else f"after {FIT_STEPS} steps"
-        )  # fmt: skip
+    if stop in ("steps", "budget"):
+        where = f"after {FIT_STEPS} steps" if stop == "steps" else f"past its budget of {MAX_FIT_EVALUATIONS:,}"
         warnings.append(
-            f"{option}: the fit stopped {where}, still lowering the cost: the values are where it stopped, not at a "
-            "minimum; the measurements may leave a value free to run off (fit fewer values)"
+            f"{option}: the fit stopped {where}{EVALUATIONS if stop == 'budget' else ''}, still lowering the cost: "
+            "the values are where it stopped, not at a minimum; the measurements may leave a value free to run off "
+            "(fit fewer values)"
         )
     after = predictions(calibrated(values), measurements)  # the fit only moves to values where the calibration holds
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
@@ -2229,10 +2240,9 @@ def fit(
         # no prediction then takes no step, as _solve_linear gives a zero pivot none.)
         free = [k for k, (v, d) in enumerate(zip(values, domains, strict=True)) if not _at_edge(v, d)]
 
-        def refit_without(i: int) -> tuple[float | None, int, str]:
+        def refit_without(i: int) -> tuple[float | None, int, NullWhy | None]:
             """Measurement i's residual when the fit is made without it, the evaluations that took, and why the
-            residual is null: "alone" (the rest cannot make the fit), "short" (the refit stopped short of a
-            minimum: at a wall, or out of steps or evaluations), or "" when it is not."""
+            residual is null, if it is."""
             spent[0] = 0
             rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
             columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
@@ -2243,35 +2253,27 @@ def fit(
             except CalibrationError:  # without it the values cannot be told apart: no refit
                 return None, 0, "alone"
             rest_residuals = functools.partial(residuals, among=rest)
-            refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns, over_budget)
-            r_out = residuals(refit, [measurements[i]]) if refit_stop == "minimum" else None
-            return None if r_out is None else r_out[0], spent[0], "" if refit_stop == "minimum" else "short"
+            refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns, past_budget)
+            if refit_stop != "minimum":
+                return None, spent[0], "short"
+            r_out = residuals(refit, [measurements[i]])
+            return (None, spent[0], "unpredicted") if r_out is None else (r_out[0], spent[0], None)
 
-        used, null = 0, {"alone": 0, "short": 0, "": 0}
+        used, nulls = 0, collections.Counter[NullWhy]()
         tasks = [functools.partial(refit_without, i) for i in range(len(measurements))]
         with contextlib.closing(over_cpus(tasks, min_tasks=8)) as refits:  # fewer: forking would not pay
-            for i, (residual, evaluations, why) in enumerate(refits, 1):
-                loo[i - 1], used, null[why] = residual, used + evaluations, null[why] + 1
-                if used > MAX_LOO_EVALUATIONS and i < len(measurements):
+            for done, (residual, evaluations, why) in enumerate(refits, 1):
+                loo[done - 1], used = residual, used + evaluations
+                nulls.update([why] if why else [])
+                if used > MAX_LOO_EVALUATIONS and done < len(measurements):
                     warnings.append(
-                        f"{option}: leave-one-out stopped after {i} of {len(measurements)} refits, at its budget of "
-                        f"{MAX_LOO_EVALUATIONS:,} evaluations of the model (each a prediction or a tree's step); the "
-                        f"residuals of the last {len(measurements) - i} measurements are null (fit fewer values or "
-                        "fewer measurements to have them all)"
+                        f"{option}: leave-one-out stopped after {done} of {len(measurements)} refits, past its budget "
+                        f"of {MAX_LOO_EVALUATIONS:,}{EVALUATIONS}; the residuals of the last "
+                        f"{len(measurements) - done} measurements are null (fit fewer values or fewer measurements "
+                        "to have them all)"
                     )
                     break
-        if alone := null["alone"]:
-            warnings.append(
-                f"{option}: {alone} leave-one-out residual{'s are' if alone > 1 else ' is'} null: without "
-                f"{'each of those measurements' if alone > 1 else 'that measurement'}, the rest cannot make the fit "
-                "(a value none of them moves, or values they cannot tell apart)"
-            )
-        if short := null["short"]:
-            warnings.append(
-                f"{option}: {short} leave-one-out refit{'s' if short > 1 else ''} stopped short of a minimum (where "
-                f"the calibration stops holding, or after {FIT_STEPS} steps or {MAX_FIT_EVALUATIONS:,} evaluations); "
-                f"{'their residuals are' if short > 1 else 'its residual is'} null"
-            )
+        warnings += [_null_warning(option, why, n) for why, n in sorted(nulls.items())]
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
         FitValue(name, value, before, ranges.get(name), domain)
@@ -2287,6 +2289,23 @@ def fit(
         for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d)
     ]  # fmt: skip
     return Fit(fit_values, before, after, tuple(loo), tuple(roots), method, tuple(warnings))
+
+
+NullWhy = Literal["alone", "short", "unpredicted"]  # why a leave-one-out residual is null
+EVALUATIONS = " evaluations of the model (predictions, trees' steps, the report's scenarios, re-reads)"
+
+
+def _null_warning(option: str, why: NullWhy, count: int) -> str:
+    """The warning for `count` leave-one-out residuals null for one reason."""
+    those = "each of those measurements" if count > 1 else "that measurement"
+    because = {
+        "alone": f"without {those}, the rest cannot make the fit (a value none of them moves, or values they "
+                 "cannot tell apart)",
+        "short": f"the refit without {those} stopped short of a minimum: where the calibration stops holding, "
+                 f"after {FIT_STEPS} steps, or past {MAX_FIT_EVALUATIONS:,}{EVALUATIONS}",
+        "unpredicted": f"the refit without {those} reached values at which the model cannot predict it",
+    }[why]  # fmt: skip
+    return f"{option}: {count} leave-one-out residual{'s are' if count > 1 else ' is'} null: {because}"
 
 
 def _ends(domain: Domain) -> tuple[float, float]:
@@ -2314,7 +2333,7 @@ def _size(domain: Domain) -> float:
 
 
 Residuals = Callable[[Sequence[float]], "list[float] | None"]
-Stop = Literal["minimum", "wall", "steps"]  # where a least squares stopped: see _levenberg_marquardt
+Stop = Literal["minimum", "wall", "steps", "budget"]  # where a least squares stopped: see _levenberg_marquardt
 
 
 def _jacobian(
@@ -2399,23 +2418,23 @@ def _singular_values(columns: list[list[float]]) -> tuple[list[float], list[list
 
 def _levenberg_marquardt(
     residuals: Residuals, start: Sequence[float], r0: Sequence[float], ends: Sequence[tuple[float, float]],
-    columns: list[list[float]] | None = None, spent: Callable[[], bool] = lambda: False, steps: int = FIT_STEPS,
+    columns: list[list[float]] | None = None, past_budget: Callable[[], bool] = lambda: False,
 ) -> tuple[list[float], Stop]:  # fmt: skip
     """Minimise the sum of squared residuals from `start`, each value kept between its `ends` (see _ends); and
     where it stopped: "minimum", "wall" (its last steps failed because the calibration stops holding there),
-    or "steps" (still lowering the cost after `steps` steps, or when `spent()` says so before a step).
+    "steps" (still lowering the cost after FIT_STEPS steps) or "budget" (past_budget() before a step).
 
     A step that would take a value past an end stops it there; there it is held while the cost falls
     outward, and the other values move without it. `columns` is the Jacobian at `start` when the caller
     has it. It stops when a step no longer lowers the cost by more than float noise, or no longer moves
-    the values, or after `steps` steps; or when a step reached the minimum of the linear model
+    the values, or after FIT_STEPS steps; or when a step reached the minimum of the linear model
     (r + J step) and lowered the cost by what that model foresaw, both to float noise: the model then
     holds here, and a further step would gain float noise.
     """
     values, r, cost, damping = list(start), list(r0), sum(x * x for x in r0), 1e-3
-    for _ in range(steps):
-        if spent():
-            break
+    for _ in range(FIT_STEPS):
+        if past_budget():
+            return values, "budget"
         columns = columns or _jacobian(residuals, values, r, ends)
         a = _products(columns, columns)  # J^T J
         g = [row[0] for row in _products(columns, [r])]  # J^T r

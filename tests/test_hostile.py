@@ -191,12 +191,18 @@ def test_any_columns_is_clamped_or_ignored(columns: str) -> None:
     assert max(map(len, run.out.splitlines())) <= 1000
 
 
-@pytest.mark.parametrize(("columns", "as_if"), [("30", "60"), ("5000", "1000"), ("wide", "80")])
-def test_help_wraps_at_the_width_the_output_takes(columns: str, as_if: str) -> None:
-    """--help follows the tool's one width rule, COLUMNS clamped to 60..1,000, not argparse's own reading of it."""
-    run, same = (run_script("--help", env={"COLUMNS": c}) for c in (columns, as_if))
+def test_help_wraps_at_the_width_the_output_takes() -> None:
+    """--help follows the tool's one width rule: COLUMNS=30 is clamped to 60, so the options wrap at 58 columns
+    (argparse's own margin of 2), as at COLUMNS=60; the description and the examples stay as written."""
+    run, same = (run_script("--help", env={"COLUMNS": columns}) for columns in ("30", "60"))
     assert run.code == 0 and run.err == ""
     assert run.out == same.out
+
+    def widest_option(text: str) -> int:  # the options and their help, not the groups' titles
+        lines = text[text.index("options:") : text.index("examples:")].splitlines()
+        return max(len(line) for line in lines if line.startswith("  "))
+
+    assert widest_option(run.out) <= 58 < widest_option(run_script("--help", env={"COLUMNS": "80"}).out)
 
 
 def test_bytes_in_the_environment_that_are_not_utf8() -> None:
@@ -578,9 +584,9 @@ def test_a_bad_point_in_a_late_chunk_fails_as_it_would_alone(
 
 
 @pytest.mark.parametrize("option", ["--sweep", "--set"])
-def test_a_point_wrong_in_two_sections_names_the_first_in_the_file(option: str) -> None:
-    """Each value alone is a number the key may take; together both sections break: the earlier one is named,
-    whatever order Python's string hashing gives a set of section names."""
+def test_a_point_wrong_in_two_sections_names_the_first_section(option: str) -> None:
+    """Each value alone is a number the key may take; together both sections break: the one a full read meets
+    first is named, whatever order Python's string hashing gives a set of section names."""
     args = [option, "anchors.ddtree.accept=20", option, "stronger_drafter.block=4"]
     runs = [run_script(*args, env={"PYTHONHASHSEED": str(seed)}) for seed in range(6)]
     assert_clean_error(runs[0], "anchors.ddtree.accept: 20 exceeds the tree's limit")
@@ -604,14 +610,28 @@ def test_a_sweep_tells_the_error_that_set_tells(capsys: pytest.CaptureFixture[st
         assert run.err.split(": ", 2)[2] == told
 
 
-def test_a_swept_list_is_read_as_set_reads_it(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
-    """A range on the third accept length: a sweep that leaves one accept length is refused, as --set refuses it."""
+def test_a_swept_list_object_or_null_is_read_as_set_reads_it(
+    capsys: pytest.CaptureFixture[str], write_calibration: Any
+) -> None:
+    """A range on the third accept length: a sweep that leaves one accept length is refused, as --set refuses it;
+    and any value that is a list, an object or null tells the error --set tells."""
     doc = default_doc()
     doc["ranges"]["stronger_drafter.accept[2]"] = {"low": 15, "high": 16.5, "source": "x"}
     path = str(write_calibration(doc))
     told = "ranges.stronger_drafter.accept[2]: not a number of the calibration"
-    for option in ("--set", "--sweep"):
-        assert_clean_error(run_main(capsys, "--calibration", path, option, "stronger_drafter.accept=[14]"), told)
+    for value in ("stronger_drafter.accept=[14]", "sglang=null", 'sglang={"reason": "x"}', "model=null", "model={}"):
+        runs = [run_main(capsys, "--calibration", path, option, value) for option in ("--set", "--sweep")]
+        for run in runs:
+            assert_clean_error(run, *[told] * value.startswith("stronger"))
+        assert runs[0].err.split(": ", 2)[2] == runs[1].err.split(": ", 2)[2]
+
+
+def test_a_swept_list_in_a_grid_is_read_whole(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
+    """With a sweep of `ranges` beside it, the ranges were once checked against the numbers before the sweep."""
+    doc = default_doc()
+    doc["ranges"]["stronger_drafter.accept[2]"] = {"low": 15, "high": 16.5, "source": "x"}
+    path = str(write_calibration(doc))
+    told = "ranges.stronger_drafter.accept[2]: not a number of the calibration"
     grid = run_main(capsys, "--calibration", path, "--sweep", "stronger_drafter.accept=[14]", "--sweep", "ranges.x=1,2")
     assert_clean_error(grid, told)
 
