@@ -69,7 +69,8 @@ MAX_FIT = 8  # values fitted at once: more than the measurements of one model ca
 FIT_STEPS = 100  # Levenberg-Marquardt steps of a fit or a refit: a few are the rule, the rest a value running off
 MAX_FIT_EVALUATIONS = 20_000  # of the model, by a least squares (3x what one of 8 values took): see fit()
 MAX_LOO_EVALUATIONS = 160_000  # by the leave-one-out refits in all, counted in their order
-REREAD_EVALUATIONS = 30  # a trial's re-read of the calibration: 10-30 predictions' time on the shipped one
+REREAD_EVALUATIONS = 30  # a trial's re-read of the calibration, as evaluations: about the time it takes
+POINTS_PER_EVALUATION = 32  # and when it re-reads curve points, one more for each 32 points of the curve
 MAX_ARGUMENTS = 1000  # on the command line: 100 --measured and 8 --fit take 216
 MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values needs far fewer
 
@@ -1965,7 +1966,15 @@ def _unpacked(data: bytes) -> list[Any]:
 
 
 def _point_text(values: Iterable[tuple[str, object]]) -> str:
-    return ", ".join(f"{name}={_value_text(value)}" for name, value in values)
+    """A sweep's point as it is typed: a text that would read as a number or other JSON in quotes ("0.3")."""
+    return ", ".join(f"{name}={_as_typed(value)}" for name, value in values)
+
+
+def _as_typed(value: object) -> str:
+    if isinstance(value, str):
+        with contextlib.suppress(CalibrationError):  # nested too deep: not a value, so a text
+            return value if parse_value(value) == value else json.dumps(value)
+    return _value_text(value)
 
 
 # --- Sensitivity ---
@@ -2146,8 +2155,9 @@ def fit(
     and one measurement (--solve) is a root of the residual instead, and every root over the domain is found.
 
     The work is bounded by counts, so the output is the same on any machine. A trial of the values counts
-    as evaluations of the model: re-reading the calibration (REREAD_EVALUATIONS), the report's scenarios,
-    each tree's step (`Measurement.tree`) and each prediction. A least squares, the fit's or a refit's,
+    as evaluations of the model: re-reading the calibration (REREAD_EVALUATIONS, and POINTS_PER_EVALUATION
+    when curve points are fitted), the report's scenarios, each tree's step (`Measurement.tree`) and each
+    prediction. A least squares, the fit's or a refit's,
     takes no further step past MAX_FIT_EVALUATIONS; the refits stop past MAX_LOO_EVALUATIONS in all, as
     counted in their order, and the residuals of the rest are null. Every null residual gets a warning.
     """
@@ -2168,6 +2178,8 @@ def fit(
     start = [number_at(doc, path) for path, _ in keys]
     before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
     scenario_count = len(scenarios(cal))  # and so is one in the report's scenarios, which every trial estimates
+    in_curve = any(path[:2] == ("moe_curve", "points") for path, _ in keys)
+    reread = REREAD_EVALUATIONS + (len(cal.moe_curve.points) // POINTS_PER_EVALUATION if in_curve else 0)
     spent = [0]  # evaluations of the model by the least squares, then by the refit under way
 
     def calibrated(values: Sequence[float]) -> Calibration:
@@ -2184,7 +2196,7 @@ def fit(
 
     def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
         trees = len({m.tree for m in among})
-        spent[0] += REREAD_EVALUATIONS + scenario_count + trees + len(among)  # what the trial evaluates
+        spent[0] += reread + scenario_count + trees + len(among)  # what the trial evaluates
         try:
             return [p.residual for p in predictions(calibrated(values), among)]
         except CalibrationError as exc:  # a value at which the calibration does not hold
@@ -2261,16 +2273,20 @@ def fit(
 
         used, nulls = 0, collections.Counter[NullWhy]()
         tasks = [functools.partial(refit_without, i) for i in range(len(measurements))]
-        with contextlib.closing(over_cpus(tasks, min_tasks=8)) as refits:  # fewer: forking would not pay
+        slow = spent[0] > MAX_FIT_EVALUATIONS // 4  # the least squares was, and so its refits will be
+        with contextlib.closing(over_cpus(tasks, min_tasks=2 if slow else 8)) as refits:  # forking pays from there
             for done, (residual, evaluations, why) in enumerate(refits, 1):
                 loo[done - 1], used = residual, used + evaluations
                 nulls.update([why] if why else [])
                 if used > MAX_LOO_EVALUATIONS and done < len(measurements):
+                    rest = len(measurements) - done
+                    null = (
+                        f"residuals of the last {rest} measurements are" if rest > 1 else "residual of the last one is"
+                    )
                     warnings.append(
                         f"{option}: leave-one-out stopped after {done} of {len(measurements)} refits, past its budget "
-                        f"of {MAX_LOO_EVALUATIONS:,}{EVALUATIONS}; the residuals of the last "
-                        f"{len(measurements) - done} measurements are null (fit fewer values or fewer measurements "
-                        "to have them all)"
+                        f"of {MAX_LOO_EVALUATIONS:,}{EVALUATIONS}; the {null} null (fit fewer values or fewer "
+                        "measurements to have them all)"
                     )
                     break
         warnings += [_null_warning(option, why, n) for why, n in sorted(nulls.items())]

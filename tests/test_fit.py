@@ -791,6 +791,16 @@ def test_csv_rows_name_the_fitted_values(capsys: pytest.CaptureFixture[str]) -> 
     assert list(row)[:2] == [FIT[1], FIT[3]]
 
 
+def test_leave_one_out_past_its_budget_with_one_left_says_one(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(eb, "MAX_LOO_EVALUATIONS", 1200)  # the third refit takes the count past it
+    run = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "json")
+    assert "leave-one-out stopped after 3 of 4 refits" in run.err
+    assert "; the residual of the last one is null (fit fewer values or fewer measurements" in run.err
+    assert [m["loo_residual"] is None for m in run.json()["fit"]["measurements"]] == [False, False, False, True]
+
+
 @pytest.mark.parametrize(("count", "forks"), [(7, False), (8, True)])
 def test_the_refits_go_to_workers_from_8_measurements(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, count: int, forks: bool
@@ -804,3 +814,14 @@ def test_the_refits_go_to_workers_from_8_measurements(
     assert None not in [m["loo_residual"] for m in run.json()["fit"]["measurements"]]
     on_cpus(monkeypatch, 1)
     assert run_main(capsys, *args) == run
+
+
+def test_the_refits_of_a_slow_least_squares_go_to_workers(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four measurements, but the least squares ran its 100 steps (18,000 evaluations), as its refits will."""
+    forked = on_cpus(monkeypatch, 2)
+    run = run_main(capsys, *RUNNING_OFF)
+    assert run.code == 0 and forked
+    on_cpus(monkeypatch, 1)
+    assert run_main(capsys, *RUNNING_OFF) == run

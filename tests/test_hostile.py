@@ -610,6 +610,14 @@ def test_a_sweep_tells_the_error_that_set_tells(capsys: pytest.CaptureFixture[st
         assert run.err.split(": ", 2)[2] == told
 
 
+def test_a_swept_text_that_reads_as_a_number_is_told_in_quotes(capsys: pytest.CaptureFixture[str]) -> None:
+    """--set echoes what was typed; a sweep point is told as it would be typed, so "0.3" is not 0.3."""
+    run = run_main(capsys, "--sweep", 'native_engine.overhead_cut="0.3"')
+    assert_clean_error(run, 'at --sweep native_engine.overhead_cut="0.3": native_engine.overhead_cut: got a string')
+    named = run_main(capsys, "--sweep", "hardware.target.name=H200,B200", "--format", "csv")
+    assert named.code == 0 and "(the first at hardware.target.name=H200)" in named.err
+
+
 def test_a_swept_list_object_or_null_is_read_as_set_reads_it(
     capsys: pytest.CaptureFixture[str], write_calibration: Any
 ) -> None:
