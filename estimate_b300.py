@@ -2157,9 +2157,9 @@ def fit(
     The work is bounded by counts, so the output is the same on any machine. A trial of the values counts
     as evaluations of the model: re-reading the calibration (REREAD_EVALUATIONS, and POINTS_PER_EVALUATION
     when curve points are fitted), the report's scenarios, each tree's step (`Measurement.tree`) and each
-    prediction. A least squares, the fit's or a refit's,
-    takes no further step past MAX_FIT_EVALUATIONS; the refits stop past MAX_LOO_EVALUATIONS in all, as
-    counted in their order, and the residuals of the rest are null. Every null residual gets a warning.
+    prediction. A least squares, the fit's or a refit's, takes no further step past MAX_FIT_EVALUATIONS;
+    the refits stop past MAX_LOO_EVALUATIONS in all, counted in their order, and the residuals of the rest
+    are null. Every null residual gets a warning.
     """
     keys = [fittable(cal, p, option) for p in paths]
     names = [format_path(path) for path, _ in keys]
@@ -2279,13 +2279,13 @@ def fit(
                 loo[done - 1], used = residual, used + evaluations
                 nulls.update([why] if why else [])
                 if used > MAX_LOO_EVALUATIONS and done < len(measurements):
-                    rest = len(measurements) - done
-                    null = (
-                        f"residuals of the last {rest} measurements are" if rest > 1 else "residual of the last one is"
+                    left = len(measurements) - done
+                    rest = (
+                        f"residuals of the last {left} measurements are" if left > 1 else "residual of the last one is"
                     )
                     warnings.append(
                         f"{option}: leave-one-out stopped after {done} of {len(measurements)} refits, past its budget "
-                        f"of {MAX_LOO_EVALUATIONS:,}{EVALUATIONS}; the {null} null (fit fewer values or fewer "
+                        f"of {MAX_LOO_EVALUATIONS:,}{EVALUATIONS}; the {rest} null (fit fewer values or fewer "
                         "measurements to have them all)"
                     )
                     break
