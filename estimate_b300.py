@@ -42,7 +42,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from typing import Any, BinaryIO, Literal, NamedTuple, NoReturn, TypeVar
+from typing import Any, BinaryIO, Literal, NamedTuple, NoReturn, TypeVar, get_args
 
 __version__ = "1.0.0"
 
@@ -1971,10 +1971,13 @@ def _point_text(values: Iterable[tuple[str, object]]) -> str:
 
 
 def _as_typed(value: object) -> str:
-    if isinstance(value, str):
-        with contextlib.suppress(CalibrationError):  # nested too deep: not a value, so a text
-            return value if parse_value(value) == value else json.dumps(value)
-    return _value_text(value)
+    if not isinstance(value, str):
+        return _value_text(value)
+    try:
+        plain = parse_value(value) == value
+    except CalibrationError:  # JSON nested too deep to be a value: a text, typed in quotes
+        plain = False
+    return value if plain else json.dumps(value, ensure_ascii=False)
 
 
 # --- Sensitivity ---
@@ -2267,7 +2270,7 @@ def fit(
             rest_residuals = functools.partial(residuals, among=rest)
             refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns, past_budget)
             if refit_stop != "minimum":
-                return None, spent[0], "short"
+                return None, spent[0], refit_stop
             r_out = residuals(refit, [measurements[i]])
             return (None, spent[0], "unpredicted") if r_out is None else (r_out[0], spent[0], None)
 
@@ -2289,7 +2292,7 @@ def fit(
                         "measurements to have them all)"
                     )
                     break
-        warnings += [_null_warning(option, why, n) for why, n in sorted(nulls.items())]
+        warnings += [_null_warning(option, why, nulls[why]) for why in get_args(NullWhy) if nulls[why]]
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
         FitValue(name, value, before, ranges.get(name), domain)
@@ -2307,7 +2310,7 @@ def fit(
     return Fit(fit_values, before, after, tuple(loo), tuple(roots), method, tuple(warnings))
 
 
-NullWhy = Literal["alone", "short", "unpredicted"]  # why a leave-one-out residual is null
+NullWhy = Literal["alone", "wall", "steps", "budget", "unpredicted"]  # why a leave-one-out residual is null
 EVALUATIONS = " evaluations of the model (predictions, trees' steps, the report's scenarios, re-reads)"
 
 
@@ -2317,8 +2320,9 @@ def _null_warning(option: str, why: NullWhy, count: int) -> str:
     because = {
         "alone": f"without {those}, the rest cannot make the fit (a value none of them moves, or values they "
                  "cannot tell apart)",
-        "short": f"the refit without {those} stopped short of a minimum: where the calibration stops holding, "
-                 f"after {FIT_STEPS} steps, or past {MAX_FIT_EVALUATIONS:,}{EVALUATIONS}",
+        "wall": f"the refit without {those} stopped where the calibration stops holding, short of a minimum",
+        "steps": f"the refit without {those} was still lowering the cost after {FIT_STEPS} steps",
+        "budget": f"the refit without {those} was still lowering the cost past {MAX_FIT_EVALUATIONS:,}{EVALUATIONS}",
         "unpredicted": f"the refit without {those} reached values at which the model cannot predict it",
     }[why]  # fmt: skip
     return f"{option}: {count} leave-one-out residual{'s are' if count > 1 else ' is'} null: {because}"

@@ -428,6 +428,11 @@ def test_a_fit_stopped_where_the_calibration_stops_holding_says_so(capsys: pytes
     in_sample = [m["residual"] for m in run.json()["fit"]["measurements"]]
     loo = [m["loo_residual"] for m in run.json()["fit"]["measurements"]]
     assert all(r is None or r != s for r, s in zip(loo, in_sample, strict=True))  # a refit stuck at the wall: null
+    assert (
+        "--fit: 3 leave-one-out residuals are null: the refit without each of those measurements stopped where the "
+        "calibration stops holding, short of a minimum" in run.err
+    )
+    assert loo.count(None) == 4  # and one that the rest cannot make without it
 
 
 @pytest.mark.parametrize(
@@ -483,8 +488,8 @@ def test_a_fit_still_moving_after_100_steps_says_so(capsys: pytest.CaptureFixtur
     assert run.code == 0
     assert "--fit: the fit stopped after 100 steps, still lowering the cost" in run.err
     assert (
-        "--fit: 1 leave-one-out residual is null: the refit without that measurement stopped short of a minimum: "
-        "where the calibration stops holding, after 100 steps, or past 20,000 evaluations of the model" in run.err
+        "--fit: 1 leave-one-out residual is null: the refit without that measurement was still lowering the cost "
+        "after 100 steps" in run.err
     )
     assert [m["loo_residual"] is None for m in run.json()["fit"]["measurements"]] == [False, False, False, True]
 
@@ -505,7 +510,8 @@ def test_a_fit_stops_past_its_budget_of_evaluations(
         assert f"--fit: the fit stopped past its budget of {budget} evaluations of the model" in run.err
         assert "the fit stopped after 100 steps" not in run.err
         assert (
-            "4 leave-one-out residuals are null: the refit without each of those measurements stopped short" in run.err
+            "4 leave-one-out residuals are null: the refit without each of those measurements was still lowering the "
+            f"cost past {budget} evaluations of the model" in run.err
         )
         cut[budget] = run.json()["fit"]
         assert cut[budget]["rms_after"] > whole["rms_after"] * (1 + 1e-6)
