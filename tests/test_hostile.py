@@ -616,6 +616,11 @@ def test_a_swept_text_that_reads_as_a_number_is_told_in_quotes(capsys: pytest.Ca
     assert_clean_error(run, 'at --sweep native_engine.overhead_cut="0.3": native_engine.overhead_cut: got a string')
     named = run_main(capsys, "--sweep", "hardware.target.name=H200,B200", "--format", "csv")
     assert named.code == 0 and "(the first at hardware.target.name=H200)" in named.err
+    deep = "[" * 40 + "]" * 40  # too deep for a value, so a text: typed back in quotes, it is one
+    run = run_main(capsys, "--sweep", f'native_engine.overhead_cut="{deep}"')
+    assert_clean_error(run, f'at --sweep native_engine.overhead_cut="{deep}": ')
+    run = run_main(capsys, "--sweep", 'native_engine.overhead_cut="\\"é\\""')
+    assert_clean_error(run, 'at --sweep native_engine.overhead_cut="\\"é\\"": ')
 
 
 def test_a_swept_list_object_or_null_is_read_as_set_reads_it(
