@@ -3867,8 +3867,8 @@ def usage_error(message: str) -> CalibrationError:
     return CalibrationError("", f"{message}; see --help", file="usage")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    wrapped = functools.partial(argparse.RawDescriptionHelpFormatter, width=terminal_columns() - 2)  # as argparse's
+def build_parser(columns: int) -> argparse.ArgumentParser:
+    wrapped = functools.partial(argparse.RawDescriptionHelpFormatter, width=columns - 2)  # as argparse's own
     parser = _Parser(
         formatter_class=wrapped, epilog=EPILOG, add_help=False,
         description="Estimate Kimi K2.x + DDTree decode throughput on B300 from calibration.json.",
@@ -4097,7 +4097,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    parser = build_parser()
+    columns = terminal_columns()  # the help's width, and the output's
+    parser = build_parser(columns)
     try:
         if len(argv) > MAX_ARGUMENTS:  # before argparse, whose work grows faster than the count
             raise usage_error(f"{len(argv):,} arguments; expected at most {MAX_ARGUMENTS:,}")
@@ -4120,7 +4121,6 @@ def _run(argv: list[str]) -> int:
     for warning in report.warnings:
         say(f"estimate_b300: warning: {warning}")
     ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), _stdout_encoding())
-    columns = terminal_columns()
     style = Style(args.tablefmt, max(columns, 80), 0 if args.no_chart else columns, ascii_only, args.all)
     chunks = (render_explain if args.explain else RENDERERS[args.format])(report, style)
     if args.format != "json":  # JSON escapes by itself; text and CSV cells are escaped here
