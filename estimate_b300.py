@@ -608,9 +608,14 @@ def scenarios(cal: Calibration) -> tuple[Scenario, ...]:
 
 def drafter_on(cal: Calibration, drafter: Drafter, pipeline: str, accepts: tuple[Figure, ...]) -> tuple[Scenario, ...]:
     """One drafter on one pipeline at some accept lengths."""
-    engine = cal.native_engine if pipeline == "native" else None
+    engine = engine_on(cal, pipeline)
     limit = cannot_run(cal.sglang, drafter) if pipeline == "sglang" else None
     return _drafter_on(cal.hardware, cal.model, cal.moe_curve, cal.anchors, drafter, engine, pipeline, accepts, limit)
+
+
+def engine_on(cal: Calibration, pipeline: str) -> NativeEngine | None:
+    """The native engine on its pipeline; SGLang has none, and so keeps all of the overhead."""
+    return cal.native_engine if pipeline == "native" else None
 
 
 def cannot_run(sglang: SglangPipeline | None, drafter: Drafter) -> str | None:
@@ -656,7 +661,7 @@ class BreakEven(NamedTuple):
 
 def ar_tok_s(cal: Calibration, dec: Decomposition, pipeline: str) -> Figure:
     """Autoregressive decoding on a pipeline; on SGLang it gives back the measured ar_tok_s."""
-    k, moe_1 = kept(cal.native_engine if pipeline == "native" else None), dec.moe_ar.time
+    k, moe_1 = kept(engine_on(cal, pipeline)), dec.moe_ar.time
     return derive("AR tok/s", "1000 / (MoE(1) + kept * ATTN_BASE)", "tok/s", moe_1, k, dec.attn_base)
 
 
@@ -702,8 +707,7 @@ def measured_tree(cal: Calibration, dec: Decomposition, m: Measurement) -> tuple
     if m.drafter is None:
         return None, ar_tok_s(cal, dec, m.pipeline)
     drafter = measured_drafter(cal, m)
-    engine = cal.native_engine if m.pipeline == "native" else None
-    return drafter, step(dec, drafter, kept(engine), moe_time(cal, drafter.m)).step
+    return drafter, step(dec, drafter, kept(engine_on(cal, m.pipeline)), moe_time(cal, drafter.m)).step
 
 
 def predict(m: Measurement, tree: tuple[Drafter | None, Figure]) -> Figure:
