@@ -188,10 +188,10 @@ class Measurement(NamedTuple):
     origin: str  # where it was given: "measurements[2]", or the --measured option
 
     @property
-    def tree(self) -> tuple[str | None, str, int | None, int | None]:
-        """Its tree: what its prediction's step rests on, the drafter, block and budget as written and the
-        pipeline (an autoregressive run: None and the pipeline); measurements alike in this share one step."""
-        return self.drafter, self.pipeline, self.block, self.budget
+    def tree(self) -> tuple[str | None, str, int | None]:
+        """What its prediction's step rests on: the drafter, the pipeline and the budget as written (an
+        autoregressive run: None, the pipeline and None); measurements alike in this share one step."""
+        return self.drafter, self.pipeline, self.budget
 
 
 class Range(NamedTuple):
@@ -530,10 +530,16 @@ class Step(NamedTuple):
     step: Figure
 
 
-def step(dec: Decomposition, drafter: Drafter, k: Figure, moe: MoeTime) -> Step:
+def overhead(dec: Decomposition, drafter: Drafter, k: Figure) -> tuple[Figure, Figure]:
+    """A drafter's step but its MoE, on a pipeline that keeps `k` of it: the same at every M."""
     a, s = drafter.attn_base_scale, drafter.spec_scale
     attn_base = derive("ATTN_BASE part", "kept * attn_base_scale * ATTN_BASE", "ms", k, a, dec.attn_base)
     spec = derive("SPEC part", "kept * spec_scale * SPEC", "ms", k, s, dec.spec)
+    return attn_base, spec
+
+
+def step(moe: MoeTime, parts: tuple[Figure, Figure]) -> Step:
+    attn_base, spec = parts
     total = derive("step", f"{moe.time.name} + ATTN_BASE part + SPEC part", "ms", moe.time, attn_base, spec)
     return Step(moe, attn_base, spec, total)
 
@@ -609,7 +615,7 @@ def scenarios(cal: Calibration) -> tuple[Scenario, ...]:
 def drafter_on(cal: Calibration, drafter: Drafter, pipeline: str, accepts: tuple[Figure, ...]) -> tuple[Scenario, ...]:
     """One drafter on one pipeline at some accept lengths."""
     engine = engine_on(cal, pipeline)
-    limit = cannot_run(cal.sglang, drafter) if pipeline == "sglang" else None
+    limit = cannot_run(cal.sglang, drafter.budget) if pipeline == "sglang" else None
     return _drafter_on(cal.hardware, cal.model, cal.moe_curve, cal.anchors, drafter, engine, pipeline, accepts, limit)
 
 
@@ -618,9 +624,9 @@ def engine_on(cal: Calibration, pipeline: str) -> NativeEngine | None:
     return cal.native_engine if pipeline == "native" else None
 
 
-def cannot_run(sglang: SglangPipeline | None, drafter: Drafter) -> str | None:
-    """Why SGLang cannot run a drafter's tree, or None when it can (or the calibration sets no limit)."""
-    if sglang is None or drafter.budget <= sglang.max_budget:
+def cannot_run(sglang: SglangPipeline | None, budget: int) -> str | None:
+    """Why SGLang cannot run a tree of this budget, or None when it can (or the calibration sets no limit)."""
+    if sglang is None or budget <= sglang.max_budget:
         return None
     why = f": {sglang.reason}" if sglang.reason else ""
     return f"SGLang cannot verify a budget above {sglang.max_budget}{why}"
@@ -633,7 +639,7 @@ def _drafter_on(
     engine: NativeEngine | None, pipeline: str, accepts: tuple[Figure, ...], limit: str | None,
 ) -> tuple[Scenario, ...]:  # fmt: skip
     dec = _decompose(hardware, model, curve, anchors)
-    part = step(dec, drafter, kept(engine), _moe_time(hardware, model, curve, drafter.m))
+    part = step(_moe_time(hardware, model, curve, drafter.m), overhead(dec, drafter, kept(engine)))
     return tuple(scenario(dec, drafter, pipeline, accept, part, limit) for accept in accepts)
 
 
@@ -692,30 +698,6 @@ def tree_shape(cal: Calibration, m: Measurement) -> tuple[int, int]:
     """The block and budget a measurement ran: its own, else its drafter's."""
     tree = cal.stronger_drafter if m.drafter == "stronger" else cal.anchors.ddtree
     return m.block or tree.block, m.budget or tree.budget
-
-
-def measured_drafter(cal: Calibration, m: Measurement) -> Drafter:
-    """The drafter a measurement ran: its drafter, with the block and budget the measurement gives."""
-    drafter = drafters(cal)[DRAFTERS.index(m.drafter or "current")]
-    block, budget = tree_shape(cal, m)
-    return drafter._replace(block=block, budget=budget)
-
-
-def measured_tree(cal: Calibration, dec: Decomposition, m: Measurement) -> tuple[Drafter | None, Figure]:
-    """What a measurement's prediction rests on besides its accept length: the drafter it ran and that
-    drafter's step on its pipeline; for an autoregressive run, None and the AR tok/s."""
-    if m.drafter is None:
-        return None, ar_tok_s(cal, dec, m.pipeline)
-    drafter = measured_drafter(cal, m)
-    return drafter, step(dec, drafter, kept(engine_on(cal, m.pipeline)), moe_time(cal, drafter.m)).step
-
-
-def predict(m: Measurement, tree: tuple[Drafter | None, Figure]) -> Figure:
-    """The tok/s the model predicts for a measured configuration: a DDTree step, or autoregressive decoding."""
-    drafter, figure = tree
-    if drafter is None:
-        return figure
-    return throughput(given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept"), figure)
 
 
 # --- The physical cross-check: the bytes the MoE must read ---
@@ -2073,14 +2055,24 @@ class Prediction(NamedTuple):
 
 def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = None) -> tuple[Prediction, ...]:
     """Every measurement (by default the calibration's) with the model's prediction for it."""
-    found: list[Prediction] = []
-    dec = decompose(cal)
-    trees: dict[tuple[object, ...], tuple[Drafter | None, Figure]] = {}  # a few trees: each tree's step once
+    dec, found = decompose(cal), []
+    parts: dict[tuple[str, str], tuple[Figure, Figure]] = {}  # a drafter's step but its MoE on a pipeline, once
+    steps: dict[tuple[str | None, str, int], Figure] = {}  # each step once: a fit's measurements share a few
     for m in cal.measurements if measurements is None else measurements:
-        tree = trees.get(key := m.tree) or trees.setdefault(key, measured_tree(cal, dec, m))
-        predicted, drafter = predict(m, tree), tree[0]
+        if m.drafter is None:
+            block = budget = None
+            key: tuple[str | None, str, int] = (None, m.pipeline, 1)
+            predicted = steps.get(key) or steps.setdefault(key, ar_tok_s(cal, dec, m.pipeline))
+        else:
+            (block, budget), way = tree_shape(cal, m), (m.drafter, m.pipeline)
+            if way not in parts:
+                drafter = drafters(cal)[DRAFTERS.index(m.drafter)]
+                parts[way] = overhead(dec, drafter, kept(engine_on(cal, m.pipeline)))
+            if (key := (*way, budget + 1)) not in steps:
+                steps[key] = step(moe_time(cal, budget + 1), parts[way]).step
+            predicted = throughput(given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept"), steps[key])
         ratio = predicted.value / m.tok_s
-        block, budget, batch = (None, None, 1) if drafter is None else (drafter.block, drafter.budget, drafter.m)
+        batch = 1 if budget is None else budget + 1
         found.append(Prediction(m, block, budget, batch, predicted.value, ratio - 1, math.log(ratio), predicted))
     return tuple(found)
 
@@ -2686,7 +2678,7 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
         ("sglang", f"{m.origin}: {m.label} is a measurement on SGLang, but {why}; "
          "check its pipeline, or sglang.max_budget")
         for m in cal.measurements
-        if m.pipeline == "sglang" and m.drafter and (why := cannot_run(cal.sglang, measured_drafter(cal, m)))
+        if m.pipeline == "sglang" and m.drafter and (why := cannot_run(cal.sglang, tree_shape(cal, m)[1]))
     ]  # fmt: skip
     cases: dict[str, list[str]] = {}
     for kind, message in dict.fromkeys(found):
