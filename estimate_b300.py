@@ -42,7 +42,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from typing import Any, BinaryIO, Literal, NamedTuple, NoReturn, TypeVar, get_args
+from typing import Any, BinaryIO, Literal, NamedTuple, NoReturn, Protocol, TypeVar, get_args
 
 __version__ = "1.0.0"
 
@@ -133,6 +133,11 @@ class CurvePoints(tuple[CurvePoint, ...]):
     @functools.cached_property
     def _hash(self) -> int:
         return super().__hash__()
+
+    @functools.cached_property
+    def batches(self) -> tuple[int, ...]:
+        """Each point's M, in order: what curve(M) looks M up in."""
+        return tuple(p.m for p in self)
 
     def __hash__(self) -> int:
         return self._hash
@@ -324,23 +329,27 @@ def replace_names(formula: str, names: Iterable[str], by: Callable[[str], str]) 
     >>> replace_names("DDTree step - step", ["step", "DDTree step"], str.upper)
     'DDTREE STEP - STEP'
     """
-    spans: dict[int, tuple[int, str]] = {}  # start -> (end, name)
+    spans: list[tuple[int, int, str]] = []  # (start, end, name), none overlapping another
     for name in sorted(names, key=len, reverse=True):
         start = formula.find(name)
         while start >= 0:
             end = start + len(name)
-            whole_word = all(
-                k in (-1, len(formula)) or not (formula[k].isalnum() or formula[k] in "_.") for k in (start - 1, end)
-            )
-            if whole_word and not any(s <= start < e or start <= s < end for s, (e, _) in spans.items()):
-                spans[start] = (end, name)
+            if (
+                not _in_word(formula, start - 1) and not _in_word(formula, end)
+                and not any(s < end and start < e for s, e, _ in spans)
+            ):  # fmt: skip
+                spans.append((start, end, name))
             start = formula.find(name, start + 1)
     out, i = [], 0
-    for start in sorted(spans):
-        end, name = spans[start]
+    for start, end, name in sorted(spans):
         out += [formula[i:start], by(name)]
         i = end
     return "".join([*out, formula[i:]])
+
+
+def _in_word(text: str, k: int) -> bool:
+    """Whether the character at k (if any) would continue a name: a letter, a digit, _ or ."""
+    return 0 <= k < len(text) and (text[k].isalnum() or text[k] in "_.")
 
 
 @functools.lru_cache(maxsize=64)  # one hardware, every M: a fit reads the curve at each measured tree's M
@@ -402,7 +411,7 @@ def curve_at(curve: MoeCurve, model: ModelGeometry | None, m: int) -> Figure:
         (t0, t_expert), distinct = experts_line(curve.points, model), distinct_experts(model, m)
         return derive(f"curve({m})", f"t0 + t_expert * {distinct.name}", "ms", t0, t_expert, distinct)
     points = curve.points
-    at_or_above = bisect.bisect_left(points, m, key=operator.attrgetter("m"))
+    at_or_above = bisect.bisect_left(points.batches, m)
     if at_or_above < len(points) and points[at_or_above].m == m:
         return point_figure(points[at_or_above])
     above = min(max(at_or_above, 1), len(points) - 1)
@@ -1140,7 +1149,7 @@ def _reread_times(curve: _Reader, before: MoeCurve, positions: set[int]) -> MoeC
     items, points = curve.items("points", fewest=2, most=MAX_ITEMS["points"]), list(before.points)
     for i in positions:
         point = _read_point(curve, i, items[i])
-        points[bisect.bisect_left(points, point.m, key=operator.attrgetter("m"))] = point
+        points[bisect.bisect_left(before.points.batches, point.m)] = point
     return before._replace(points=CurvePoints(points))
 
 
@@ -2181,10 +2190,12 @@ def fit(
     reread = REREAD_EVALUATIONS + (len(cal.moe_curve.points) // POINTS_PER_EVALUATION if in_curve else 0)
     spent = [0]  # evaluations of the model by the least squares, then by the refit under way
 
-    def calibrated(values: Sequence[float]) -> Calibration:
-        """The calibration at these values, its scenarios estimated too: a fit goes only where the report holds."""
+    def calibrated(values: Sequence[float], probe: bool = False) -> Calibration:
+        """The calibration at these values, its scenarios estimated too unless it is a probe: a fit goes only
+        where the report holds."""
         at = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
-        scenarios(at)
+        if not probe:
+            scenarios(at)
         return at
 
     failed: list[CalibrationError] = []  # why the calibration did not hold, the last time values failed
@@ -2193,11 +2204,13 @@ def fit(
         """Whether the least squares under way, the fit's or a refit's, is past its budget."""
         return spent[0] > MAX_FIT_EVALUATIONS
 
-    def residuals(values: Sequence[float], among: Sequence[Measurement] = measurements) -> list[float] | None:
+    def residuals(
+        values: Sequence[float], among: Sequence[Measurement] = measurements, *, probe: bool = False
+    ) -> list[float] | None:
         trees = len({m.tree for m in among})
-        spent[0] += reread + scenario_count + trees + len(among)  # what the trial evaluates
+        spent[0] += reread + (0 if probe else scenario_count) + trees + len(among)  # what the trial evaluates
         try:
-            return [p.residual for p in predictions(calibrated(values), among)]
+            return [p.residual for p in predictions(calibrated(values, probe), among)]
         except CalibrationError as exc:  # a value at which the calibration does not hold
             failed[:] = [exc]
             return None
@@ -2348,7 +2361,13 @@ def _size(domain: Domain) -> float:
     return max([abs(end) for end in domain.ends if math.isfinite(end)] + [1.0])
 
 
-Residuals = Callable[[Sequence[float]], "list[float] | None"]
+class Residuals(Protocol):
+    """The residuals at some values, or None where the calibration does not hold. A probe, a Jacobian's
+    difference, measures a slope only: it does not estimate the report's scenarios, as a step does."""
+
+    def __call__(self, values: Sequence[float], *, probe: bool = False) -> list[float] | None: ...
+
+
 Stop = Literal["minimum", "wall", "steps", "budget"]  # where a least squares stopped: see _levenberg_marquardt
 
 
@@ -2361,7 +2380,7 @@ def _jacobian(
         step = 1e-6 * _scale(value)
         for h in (step, -step):
             moved = [*values[:j], value + h, *values[j + 1 :]]
-            if low <= value + h <= high and (r := residuals(moved)) is not None:
+            if low <= value + h <= high and (r := residuals(moved, probe=True)) is not None:
                 columns.append([(a - b) / h for a, b in zip(r, r0, strict=True)])
                 break
         else:
