@@ -2165,9 +2165,9 @@ def fit(
     The work is bounded by counts, so the output is the same on any machine. A trial of the values counts
     as evaluations of the model: re-reading the calibration (REREAD_EVALUATIONS, and POINTS_PER_EVALUATION
     when curve points are fitted), the report's scenarios (but not in a Jacobian's probe), each tree's step
-    (`Measurement.tree`) and each prediction. A least squares, the fit's or a refit's, takes no further step past MAX_FIT_EVALUATIONS;
-    the refits stop past MAX_LOO_EVALUATIONS in all, counted in their order, and the residuals of the rest
-    are null. Every null residual gets a warning.
+    (`Measurement.tree`) and each prediction. A least squares, the fit's or a refit's, takes no further
+    step past MAX_FIT_EVALUATIONS; the refits stop past MAX_LOO_EVALUATIONS in all, counted in their order,
+    and the residuals of the rest are null. Every null residual gets a warning.
     """
     keys = [fittable(cal, p, option) for p in paths]
     names = [format_path(path) for path, _ in keys]
