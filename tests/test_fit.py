@@ -170,6 +170,28 @@ def test_csv_gives_the_measurements_as_a_second_table(capsys: pytest.CaptureFixt
     assert run_main(capsys, "--format", "csv").out.count("\n\n") == 0  # nothing logged: one table, as before
 
 
+def test_a_prediction_rests_on_its_drafter_pipeline_and_budget_not_its_block() -> None:
+    """Both drafters on both pipelines, each tree run with two blocks: the step is MoE(budget + 1) and the
+    drafter's scaled non-MoE time on its pipeline, written out here, and the block does not enter it."""
+    doc = default_doc()
+    sd = doc["stronger_drafter"]
+    entries = [
+        {"drafter": d, "pipeline": p, "block": block, "budget": 6, "accept": 5.0, "tok_s": 500.0}
+        for d in ("current", "stronger") for p in ("sglang", "native") for block in (8, 16)
+    ]  # fmt: skip
+    moe = lambda batch: curve(batch) * 1.8 / 8.0  # noqa: E731
+    attn_base = 1000 / 133 - moe(1)
+    spec = 1000 * 4.4 / 303 - moe(9) - attn_base
+    found = eb.predictions(eb.parse_calibration(with_log(entries)))
+    for p, e in zip(found, entries, strict=True):
+        a, s = (sd["attn_base_scale"], sd["spec_scale"]) if e["drafter"] == "stronger" else (1.0, 1.0)
+        kept = 0.6 if e["pipeline"] == "native" else 1.0
+        assert p.predicted_tok_s == pytest.approx(1000 * 5.0 / (moe(7) + kept * (a * attn_base + s * spec)), rel=1e-12)
+        assert (p.block, p.budget, p.m) == (e["block"], 6, 7)
+    assert [p.predicted_tok_s for p in found[::2]] == [p.predicted_tok_s for p in found[1::2]]
+    assert len({p.predicted_tok_s for p in found}) == 4
+
+
 def test_explain_shows_each_prediction_and_its_error(capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main(capsys, "--calibration", str(EXAMPLE), "--explain").out
     assert "Measurement native b16 (measurements[1]): 414 tok/s measured" in out
