@@ -193,7 +193,7 @@ class Measurement(NamedTuple):
     origin: str  # where it was given: "measurements[2]", or the --measured option
 
     @property
-    def tree(self) -> tuple[str | None, str, int | None]:
+    def step_key(self) -> tuple[str | None, str, int | None]:
         """What its prediction's step rests on: the drafter, the pipeline and the budget as written (an
         autoregressive run: None, the pipeline and None); measurements alike in this share one step."""
         return self.drafter, self.pipeline, self.budget
@@ -328,6 +328,8 @@ def replace_names(formula: str, names: Iterable[str], by: Callable[[str], str]) 
 
     >>> replace_names("DDTree step - step", ["step", "DDTree step"], str.upper)
     'DDTREE STEP - STEP'
+    >>> replace_names("a.step + step_ms + step2 + step", ["step"], str.upper)
+    'a.step + step_ms + step2 + STEP'
     """
     spans: list[tuple[int, int, str]] = []  # (start, end, name), none overlapping another
     for name in sorted(names, key=len, reverse=True):
@@ -539,8 +541,8 @@ class Step(NamedTuple):
     step: Figure
 
 
-def overhead(dec: Decomposition, drafter: Drafter, k: Figure) -> tuple[Figure, Figure]:
-    """A drafter's step but its MoE, on a pipeline that keeps `k` of it: the same at every M."""
+def step_parts(dec: Decomposition, drafter: Drafter, k: Figure) -> tuple[Figure, Figure]:
+    """The ATTN_BASE and SPEC parts of a drafter's step on a pipeline that keeps `k` of them: the same at every M."""
     a, s = drafter.attn_base_scale, drafter.spec_scale
     attn_base = derive("ATTN_BASE part", "kept * attn_base_scale * ATTN_BASE", "ms", k, a, dec.attn_base)
     spec = derive("SPEC part", "kept * spec_scale * SPEC", "ms", k, s, dec.spec)
@@ -548,6 +550,7 @@ def overhead(dec: Decomposition, drafter: Drafter, k: Figure) -> tuple[Figure, F
 
 
 def step(moe: MoeTime, parts: tuple[Figure, Figure]) -> Step:
+    """One step at M: MoE(M) and the drafter's parts (step_parts) on its pipeline."""
     attn_base, spec = parts
     total = derive("step", f"{moe.time.name} + ATTN_BASE part + SPEC part", "ms", moe.time, attn_base, spec)
     return Step(moe, attn_base, spec, total)
@@ -648,7 +651,7 @@ def _drafter_on(
     engine: NativeEngine | None, pipeline: str, accepts: tuple[Figure, ...], limit: str | None,
 ) -> tuple[Scenario, ...]:  # fmt: skip
     dec = _decompose(hardware, model, curve, anchors)
-    part = step(_moe_time(hardware, model, curve, drafter.m), overhead(dec, drafter, kept(engine)))
+    part = step(_moe_time(hardware, model, curve, drafter.m), step_parts(dec, drafter, kept(engine)))
     return tuple(scenario(dec, drafter, pipeline, accept, part, limit) for accept in accepts)
 
 
@@ -2065,23 +2068,24 @@ class Prediction(NamedTuple):
 def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = None) -> tuple[Prediction, ...]:
     """Every measurement (by default the calibration's) with the model's prediction for it."""
     dec, found = decompose(cal), []
-    parts: dict[tuple[str, str], tuple[Figure, Figure]] = {}  # a drafter's step but its MoE on a pipeline, once
-    steps: dict[tuple[str | None, str, int], Figure] = {}  # each step once: a fit's measurements share a few
+    ar: dict[str, Figure] = {}  # the AR tok/s on each pipeline, once
+    parts: dict[tuple[str, str], tuple[Figure, Figure]] = {}  # each drafter's parts on each pipeline, once
+    steps: dict[tuple[str, str, int], Figure] = {}  # each drafter's step on each pipeline at each M, once
     for m in cal.measurements if measurements is None else measurements:
         if m.drafter is None:
-            block = budget = None
-            key: tuple[str | None, str, int] = (None, m.pipeline, 1)
-            predicted = steps.get(key) or steps.setdefault(key, ar_tok_s(cal, dec, m.pipeline))
+            block, budget, batch = None, None, 1
+            if m.pipeline not in ar:
+                ar[m.pipeline] = ar_tok_s(cal, dec, m.pipeline)
+            predicted = ar[m.pipeline]
         else:
-            (block, budget), way = tree_shape(cal, m), (m.drafter, m.pipeline)
-            if way not in parts:
-                drafter = drafters(cal)[DRAFTERS.index(m.drafter)]
-                parts[way] = overhead(dec, drafter, kept(engine_on(cal, m.pipeline)))
-            if (key := (*way, budget + 1)) not in steps:
-                steps[key] = step(moe_time(cal, budget + 1), parts[way]).step
+            (block, budget), on = tree_shape(cal, m), (m.drafter, m.pipeline)
+            batch = budget + 1  # M
+            if on not in parts:
+                parts[on] = step_parts(dec, drafters(cal)[DRAFTERS.index(m.drafter)], kept(engine_on(cal, m.pipeline)))
+            if (key := (*on, batch)) not in steps:
+                steps[key] = step(moe_time(cal, batch), parts[on]).step
             predicted = throughput(given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept"), steps[key])
         ratio = predicted.value / m.tok_s
-        batch = 1 if budget is None else budget + 1
         found.append(Prediction(m, block, budget, batch, predicted.value, ratio - 1, math.log(ratio), predicted))
     return tuple(found)
 
@@ -2164,8 +2168,8 @@ def fit(
 
     The work is bounded by counts, so the output is the same on any machine. A trial of the values counts
     as evaluations of the model: re-reading the calibration (REREAD_EVALUATIONS, and POINTS_PER_EVALUATION
-    when curve points are fitted), the report's scenarios (but not in a Jacobian's probe), each tree's step
-    (`Measurement.tree`) and each prediction. A least squares, the fit's or a refit's, takes no further
+    when curve points are fitted), the report's scenarios (but not in a Jacobian's probe), each distinct
+    step (`Measurement.step_key`) and each prediction. A least squares, the fit's or a refit's, takes no further
     step past MAX_FIT_EVALUATIONS; the refits stop past MAX_LOO_EVALUATIONS in all, counted in their order,
     and the residuals of the rest are null. Every null residual gets a warning.
     """
@@ -2190,7 +2194,7 @@ def fit(
     reread = REREAD_EVALUATIONS + (len(cal.moe_curve.points) // POINTS_PER_EVALUATION if in_curve else 0)
     spent = [0]  # evaluations of the model by the least squares, then by the refit under way
 
-    def calibrated(values: Sequence[float], probe: bool = False) -> Calibration:
+    def calibrated(values: Sequence[float], *, probe: bool = False) -> Calibration:
         """The calibration at these values, its scenarios estimated too unless it is a probe: a fit goes only
         where the report holds."""
         at = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
@@ -2207,10 +2211,10 @@ def fit(
     def residuals(
         values: Sequence[float], among: Sequence[Measurement] = measurements, *, probe: bool = False
     ) -> list[float] | None:
-        trees = len({m.tree for m in among})
+        trees = len({m.step_key for m in among})
         spent[0] += reread + (0 if probe else scenario_count) + trees + len(among)  # what the trial evaluates
         try:
-            return [p.residual for p in predictions(calibrated(values, probe), among)]
+            return [p.residual for p in predictions(calibrated(values, probe=probe), among)]
         except CalibrationError as exc:  # a value at which the calibration does not hold
             failed[:] = [exc]
             return None
@@ -2363,7 +2367,7 @@ def _size(domain: Domain) -> float:
 
 class Residuals(Protocol):
     """The residuals at some values, or None where the calibration does not hold. A probe, a Jacobian's
-    difference, measures a slope only: it does not estimate the report's scenarios, as a step does."""
+    difference, measures a slope only: it does not estimate the report's scenarios, as a trial does."""
 
     def __call__(self, values: Sequence[float], *, probe: bool = False) -> list[float] | None: ...
 

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import estimate_b300 as eb
@@ -164,9 +165,12 @@ def generated(n: int, rng: random.Random) -> tuple[dict[str, object], list[dict[
     return eb.set_path(doc, ("measurements",), entries), entries  # type: ignore[return-value]
 
 
-def _residuals(doc: object, cal: eb.Calibration, paths: list[eb.PathSegments], values: list[float]) -> list[float]:
+def _residuals(
+    doc: object, cal: eb.Calibration, paths: list[eb.PathSegments], values: Sequence[float], *, probe: bool = False
+) -> list[float]:
     at = eb.recalibrate(doc, cal, list(zip(paths, values, strict=True)))[1]
-    eb.scenarios(at)  # as the fit does at each trial
+    if not probe:
+        eb.scenarios(at)  # as the fit does at each trial, but not at a probe of the Jacobian
     return [p.residual for p in eb.predictions(at)]
 
 

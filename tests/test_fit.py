@@ -33,15 +33,17 @@ def curve(m: int) -> float:
     return ta + (m - a) * (tb - ta) / (b - a)
 
 
-def by_hand(cut: float, bandwidth: float, m: dict[str, Any]) -> float:
-    """The predicted tok/s of a measurement of today's drafter or of AR decoding, from the shipped anchors."""
+def by_hand(cut: float, bandwidth: float, m: dict[str, Any], scales: tuple[float, float] = (1.0, 1.0)) -> float:
+    """The predicted tok/s of a measurement of AR decoding, or of a drafter with these scales of ATTN_BASE and
+    SPEC (today's: 1 and 1), from the shipped anchors."""
     moe = lambda batch: curve(batch) * 1.8 / bandwidth  # noqa: E731
     attn_base = 1000 / 133 - moe(1)
     spec = 1000 * 4.4 / 303 - moe(9) - attn_base
     kept = 1 - cut if m["pipeline"] == "native" else 1.0
     if m.get("decode") == "autoregressive":
         return 1000 / (moe(1) + kept * attn_base)
-    return 1000 * m["accept"] / (moe(m.get("budget", 8) + 1) + kept * (attn_base + spec))
+    a, s = scales
+    return 1000 * m["accept"] / (moe(m.get("budget", 8) + 1) + kept * (a * attn_base + s * spec))
 
 
 CONFIGURATIONS = [  # what the README's example logs, and one more tree
@@ -170,26 +172,31 @@ def test_csv_gives_the_measurements_as_a_second_table(capsys: pytest.CaptureFixt
     assert run_main(capsys, "--format", "csv").out.count("\n\n") == 0  # nothing logged: one table, as before
 
 
-def test_a_prediction_rests_on_its_drafter_pipeline_and_budget_not_its_block() -> None:
-    """Both drafters on both pipelines, each tree run with two blocks: the step is MoE(budget + 1) and the
-    drafter's scaled non-MoE time on its pipeline, written out here, and the block does not enter it."""
-    doc = default_doc()
-    sd = doc["stronger_drafter"]
+def test_a_prediction_rests_on_its_drafter_pipeline_and_budget_not_its_block(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    """Both drafters on both pipelines at two budgets, each tree run with two blocks: the step is
+    MoE(budget + 1) and the drafter's scaled ATTN_BASE and SPEC on its pipeline, and the block does not
+    enter it. SGLang's limit is checked against each measurement's own budget."""
+    sd = default_doc()["stronger_drafter"]
     entries = [
-        {"drafter": d, "pipeline": p, "block": block, "budget": 6, "accept": 5.0, "tok_s": 500.0}
-        for d in ("current", "stronger") for p in ("sglang", "native") for block in (8, 16)
+        {"drafter": d, "pipeline": p, "block": block, "budget": budget, "accept": 5.0, "tok_s": 500.0}
+        for d in ("current", "stronger") for p in ("sglang", "native") for budget in (6, 12) for block in (8, 16)
     ]  # fmt: skip
-    moe = lambda batch: curve(batch) * 1.8 / 8.0  # noqa: E731
-    attn_base = 1000 / 133 - moe(1)
-    spec = 1000 * 4.4 / 303 - moe(9) - attn_base
-    found = eb.predictions(eb.parse_calibration(with_log(entries)))
+    doc = with_log(entries)
+    found = eb.predictions(eb.parse_calibration(doc))
     for p, e in zip(found, entries, strict=True):
-        a, s = (sd["attn_base_scale"], sd["spec_scale"]) if e["drafter"] == "stronger" else (1.0, 1.0)
-        kept = 0.6 if e["pipeline"] == "native" else 1.0
-        assert p.predicted_tok_s == pytest.approx(1000 * 5.0 / (moe(7) + kept * (a * attn_base + s * spec)), rel=1e-12)
-        assert (p.block, p.budget, p.m) == (e["block"], 6, 7)
-    assert [p.predicted_tok_s for p in found[::2]] == [p.predicted_tok_s for p in found[1::2]]
-    assert len({p.predicted_tok_s for p in found}) == 4
+        scales = (sd["attn_base_scale"], sd["spec_scale"]) if e["drafter"] == "stronger" else (1.0, 1.0)
+        assert p.predicted_tok_s == pytest.approx(by_hand(0.4, 8.0, e, scales), rel=1e-12)
+        assert (p.block, p.budget, p.m) == (e["block"], e["budget"], e["budget"] + 1)
+    blocks_8, blocks_16 = found[::2], found[1::2]
+    assert [p.predicted_tok_s for p in blocks_8] == [p.predicted_tok_s for p in blocks_16]
+    assert [p.measurement.step_key for p in blocks_8] == [p.measurement.step_key for p in blocks_16]
+    assert len({p.predicted_tok_s for p in found}) == 8
+    run = run_with(capsys, write_calibration, doc)
+    assert run.code == 0 and run.err.count("is a measurement on SGLang") == 1
+    warning = "measurements[2]: current/sglang@5 is a measurement on SGLang, but SGLang cannot verify a budget above 8"
+    assert warning in run.err and "(and 3 more measurements like it)" in run.err  # the 4 on SGLang at budget 12
 
 
 def test_explain_shows_each_prediction_and_its_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -854,3 +861,11 @@ def test_the_refits_of_a_slow_least_squares_go_to_workers(
     assert run.code == 0 and forked
     on_cpus(monkeypatch, 1)
     assert run_main(capsys, *RUNNING_OFF) == run
+
+
+def test_the_bench_drives_the_least_squares_as_the_fit_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """tests/bench.py times the least squares with residuals of its own: they take what the fit hands them."""
+    import bench
+
+    bench.fits()
+    assert capsys.readouterr().out.count("with leave-one-out") == 3
