@@ -1186,14 +1186,15 @@ def _read_native_engine(native: _Reader) -> NativeEngine:
 def _read_stronger_drafter(sd: _Reader) -> StrongerDrafter:
     block, budget = sd.count("block"), sd.count("budget")
     accepts: list[float] = []
+    shown: dict[str, int] = {}  # each as the scenarios' labels and the tables' columns give it -> its index
     for i, value in enumerate(sd.items("accept", most=MAX_ITEMS["accept"])):
         accepts.append(sd.accept(f"{sd.at('accept')}[{i}]", value, block, budget))
-        shown = [f"{a:g}" for a in accepts]  # as the scenarios' labels and the tables' columns give them
-        if shown[-1] in shown[:-1]:
-            first = shown.index(shown[-1])
-            clash = "appears twice" if accepts[first] == accepts[-1] else f"reads {shown[-1]}, as accept[{first}] does"
+        if (text := f"{accepts[-1]:g}") in shown:
+            first = shown[text]
+            clash = "appears twice" if accepts[first] == accepts[-1] else f"reads {text}, as accept[{first}] does"
             raise sd.error(f"accept[{i}]", f"{_describe(value)} {clash}; expected each accept length once, distinct "
                                            "in its first 6 digits")  # fmt: skip
+        shown[text] = i
     stronger = StrongerDrafter(block, budget, tuple(accepts), sd.number("attn_base_scale"), sd.number("spec_scale"))
     sd.finish()
     return stronger
