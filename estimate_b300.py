@@ -71,6 +71,7 @@ MAX_FIT_EVALUATIONS = 20_000  # of the model, by a least squares (3x what one of
 MAX_LOO_EVALUATIONS = 160_000  # by the leave-one-out refits in all, counted in their order
 REREAD_EVALUATIONS = 30  # a trial's re-read of the calibration, as evaluations: about the time it takes
 POINTS_PER_EVALUATION = 32  # and when it re-reads curve points, one more for each 32 points of the curve
+SCENARIO_EVALUATIONS = 3  # a report scenario derives five figures where a prediction derives one or two
 MAX_ARGUMENTS = 1000  # on the command line: 100 --measured and 8 --fit take 216
 MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values needs far fewer
 
@@ -2169,10 +2170,11 @@ def fit(
 
     The work is bounded by counts, so the output is the same on any machine. A trial of the values counts
     as evaluations of the model: re-reading the calibration (REREAD_EVALUATIONS, and POINTS_PER_EVALUATION
-    when curve points are fitted), the report's scenarios (but not in a Jacobian's probe), each distinct
-    step (`Measurement.step_key`) and each prediction. A least squares, the fit's or a refit's, takes no further
-    step past MAX_FIT_EVALUATIONS; the refits stop past MAX_LOO_EVALUATIONS in all, counted in their order,
-    and the residuals of the rest are null. Every null residual gets a warning.
+    when curve points are fitted), the report's scenarios (SCENARIO_EVALUATIONS each, but not in a
+    Jacobian's probe), each distinct step (`Measurement.step_key`) and each prediction. A least squares, the
+    fit's or a refit's, takes no further step past MAX_FIT_EVALUATIONS; the refits stop past
+    MAX_LOO_EVALUATIONS in all, counted in their order, and the residuals of the rest are null. Every null
+    residual gets a warning.
     """
     keys = [fittable(cal, p, option) for p in paths]
     names = [format_path(path) for path, _ in keys]
@@ -2193,6 +2195,7 @@ def fit(
     scenario_count = len(scenarios(cal))  # and so is one in the report's scenarios, which every trial estimates
     in_curve = any(path[:2] == ("moe_curve", "points") for path, _ in keys)
     reread = REREAD_EVALUATIONS + (len(cal.moe_curve.points) // POINTS_PER_EVALUATION if in_curve else 0)
+    per_trial = reread + SCENARIO_EVALUATIONS * scenario_count  # and a probe's is the re-read alone
     spent = [0]  # evaluations of the model by the least squares, then by the refit under way
 
     def calibrated(values: Sequence[float], *, probe: bool = False) -> Calibration:
@@ -2213,7 +2216,7 @@ def fit(
         values: Sequence[float], among: Sequence[Measurement] = measurements, *, probe: bool = False
     ) -> list[float] | None:
         trees = len({m.step_key for m in among})
-        spent[0] += reread + (0 if probe else scenario_count) + trees + len(among)  # what the trial evaluates
+        spent[0] += (reread if probe else per_trial) + trees + len(among)  # what the trial or probe evaluates
         try:
             return [p.residual for p in predictions(calibrated(values, probe=probe), among)]
         except CalibrationError as exc:  # a value at which the calibration does not hold

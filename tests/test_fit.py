@@ -526,14 +526,14 @@ def test_a_fit_still_moving_after_100_steps_says_so(capsys: pytest.CaptureFixtur
 def test_a_fit_stops_past_its_budget_of_evaluations(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A trial here counts 30 (re-reading the calibration) + 8 (the report's scenarios) + 3 (trees) + 4
-    (predictions) = 45 evaluations, and a probe of the Jacobian 37 (no scenarios). The start's Jacobian
+    """A trial here counts 30 (re-reading the calibration) + 3 x 8 (the report's scenarios) + 3 (steps) + 4
+    (predictions) = 61 evaluations, and a probe of the Jacobian 37 (no scenarios). The start's Jacobian
     takes 2 probes, the first step 7 trials (its damping grows), each later step 2 probes and a trial: the fit
-    has spent 74, 389, 508, 627 before its steps. So a budget of 507 lets it take two steps, 508 a third; each
+    has spent 74, 501, 636, 771 before its steps. So a budget of 635 lets it take two steps, 636 a third; each
     refit stops past the budget too, short of its minimum."""
     whole = run_main(capsys, *RUNNING_OFF).json()["fit"]
     cut = {}
-    for budget in (507, 508):
+    for budget in (635, 636):
         monkeypatch.setattr(eb, "MAX_FIT_EVALUATIONS", budget)
         run = run_main(capsys, *RUNNING_OFF)
         assert run.code == 0
@@ -545,8 +545,8 @@ def test_a_fit_stops_past_its_budget_of_evaluations(
         )
         cut[budget] = run.json()["fit"]
         assert cut[budget]["rms_after"] > whole["rms_after"] * (1 + 1e-6)
-    assert cut[507]["values"] != cut[508]["values"]
-    assert cut[507]["rms_after"] > cut[508]["rms_after"]
+    assert cut[635]["values"] != cut[636]["values"]
+    assert cut[635]["rms_after"] > cut[636]["rms_after"]
 
 
 def test_a_refit_that_cannot_predict_its_measurement_says_so(
