@@ -234,8 +234,10 @@ def large_calibrations(directory: Path) -> dict[str, list[str]]:
                                      "block": block, "budget": budget, "tok_s": rng.uniform(150, 900),
                                      "accept": round(rng.uniform(1.5, min(block, budget) + 1), 2)})  # fmt: skip
     runaway = {**wild, "measurements": [{**m, "tok_s": 50 * m["tok_s"]} for m in wild["measurements"]]}
+    lengths = {**wild, "stronger_drafter": {**wild["stronger_drafter"], "accept": [1 + i / 4 for i in range(64)]}}
     files = {}
-    named = {"sensitivity": sensitivity, "experts": experts, "trees": trees, "wild": wild, "runaway": runaway}
+    named = {"sensitivity": sensitivity, "experts": experts, "trees": trees, "wild": wild, "runaway": runaway,
+             "lengths": lengths}  # fmt: skip
     for name, content in named.items():
         files[name] = directory / f"{name}.json"
         files[name].write_text(json.dumps(content))
@@ -259,6 +261,10 @@ def large_calibrations(directory: Path) -> dict[str, list[str]]:
         "--fit of 8 values to them 50x faster, past what any values give": [
             f"--calibration={files['runaway']}",
             *runaway8,
+        ],
+        "--fit of 8 values to them with 64 accept lengths (130 scenarios)": [
+            f"--calibration={files['lengths']}",
+            *wild8,
         ],
         "--sweep of one point's time over 101 values": [f"--calibration={files['trees']}", f"--sweep={sweep}"],
     }
