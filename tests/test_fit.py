@@ -410,6 +410,31 @@ def test_a_fit_goes_only_where_the_report_holds(
             assert residual == pytest.approx(refitted_without(doc, paths, i), abs=1e-6)
 
 
+def test_a_fit_stops_where_the_break_even_would_overflow(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    """A stronger drafter measured a billion times slower than today's pulls spec_scale up until the accept
+    length that matches today's tok/s passes 1e15: the fit stops at that wall and the report holds, where
+    it once stopped past it and the report was an error (found by an attack)."""
+    doc = default_doc()
+    for point in doc["moe_curve"]["points"]:
+        point["ms"] *= 1e-6
+    doc["measurements"] = [
+        {"decode": "autoregressive", "pipeline": "sglang", "tok_s": 5e8},
+        {"drafter": "current", "pipeline": "sglang", "accept": 4.4, "tok_s": 1e9},
+        {"drafter": "stronger", "pipeline": "sglang", "accept": 12, "tok_s": 1e-6},
+    ]
+    fit = ["--fit", "anchors.ar_tok_s", "--fit", "anchors.ddtree.tok_s", "--fit", "stronger_drafter.spec_scale"]
+    run = run_with(capsys, write_calibration, doc, *fit, "--format", "json")
+    assert run.code == 0
+    assert (
+        "the fit stopped where the calibration stops holding, not at a minimum: one step on, accept needed" in run.err
+    )
+    needed = [b["reason"] for b in run.json()["break_even"]]
+    assert all(reason.startswith("it would need accept ") for reason in needed)
+    assert max(float(reason.split()[4].rstrip(",")) for reason in needed) <= 1e15
+
+
 def test_leave_one_out_equals_explicit_refits_when_the_measurements_disagree() -> None:
     """A stronger-drafter run 100 times too fast pulls the cut far from what the other two want: a refit
     takes many steps from the full fit, and still lands where a fit without the measurement does (to 1e-5:
