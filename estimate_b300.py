@@ -2273,17 +2273,23 @@ def fit(
         # no prediction then takes no step, as _solve_linear gives a zero pivot none.)
         free = [k for k, (v, d) in enumerate(zip(values, domains, strict=True)) if not _at_edge(v, d)]
 
+        def identifiable(columns: list[list[float]], among: Sequence[Measurement]) -> bool:
+            """Whether these measurements (the Jacobian's columns over them) can make the fit of the free values."""
+            try:
+                if free:
+                    free_values, free_names = [values[k] for k in free], [names[k] for k in free]
+                    _check_identifiable([columns[k] for k in free], free_values, free_names, among, option)
+            except CalibrationError:
+                return False
+            return True
+
         def refit_without(i: int) -> tuple[float | None, int, NullWhy | None]:
             """Measurement i's residual when the fit is made without it, the evaluations that took, and why the
             residual is null, if it is."""
             spent[0] = 0
             rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
             columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
-            try:
-                if free:
-                    free_values, free_names = [values[k] for k in free], [names[k] for k in free]
-                    _check_identifiable([columns[k] for k in free], free_values, free_names, rest, option)
-            except CalibrationError:  # without it the values cannot be told apart: no refit
+            if not identifiable(columns, rest):  # without it the values cannot be told apart: no refit
                 return None, 0, "alone"
             rest_residuals = functools.partial(residuals, among=rest)
             refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns, past_budget)
@@ -2293,7 +2299,9 @@ def fit(
             return (None, spent[0], "unpredicted") if r_out is None else (r_out[0], spent[0], None)
 
         used, nulls = 0, collections.Counter[NullWhy]()
-        tasks = [functools.partial(refit_without, i) for i in range(len(measurements))]
+        if not identifiable(j_full, measurements):  # nor can all of them, where the fit ended: no refit at all
+            nulls["all"] = len(measurements)
+        tasks = [functools.partial(refit_without, i) for i in range(len(measurements)) if not nulls["all"]]
         slow = spent[0] > MAX_FIT_EVALUATIONS // 4  # the least squares was, and so its refits will be
         with contextlib.closing(over_cpus(tasks, min_tasks=2 if slow else 8)) as refits:  # forking pays from there
             for done, (residual, evaluations, why) in enumerate(refits, 1):
@@ -2328,7 +2336,7 @@ def fit(
     return Fit(fit_values, before, after, tuple(loo), tuple(roots), method, tuple(warnings))
 
 
-NullWhy = Literal["alone", "wall", "steps", "budget", "unpredicted"]  # why a leave-one-out residual is null
+NullWhy = Literal["all", "alone", "wall", "steps", "budget", "unpredicted"]  # why a leave-one-out residual is null
 EVALUATIONS = " evaluations of the model (predictions, trees' steps, the report's scenarios, re-reads)"
 
 
@@ -2336,6 +2344,8 @@ def _null_warning(option: str, why: NullWhy, count: int) -> str:
     """The warning for `count` leave-one-out residuals null for one reason."""
     those = "each of those measurements" if count > 1 else "that measurement"
     because = {
+        "all": "at the fitted values not even all the measurements can make the fit (a value none of them moves, "
+               "or values they cannot tell apart), so none is refitted without one",
         "alone": f"without {those}, the rest cannot make the fit (a value none of them moves, or values they "
                  "cannot tell apart)",
         "wall": f"the refit without {those} stopped where the calibration stops holding, short of a minimum",

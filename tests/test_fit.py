@@ -534,6 +534,24 @@ RUNNING_OFF = [
 ]  # fmt: skip
 
 
+def test_leave_one_out_says_when_not_even_all_the_measurements_make_the_fit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Throughputs far above anything the anchors allow pull the target's bandwidth up until MoE(M) is
+    nothing and the curve point is held at its edge: there no measurement moves the bandwidth, so no refit
+    can be made without one, and the warning says so rather than blaming each left-out measurement."""
+    measured = ("current/native@4.4=20000", "ar/native=10000", "current/sglang@4.4=15000", "ar/sglang=9000")
+    fit = ["--fit", "hardware.target.mem_bandwidth_tb_s", "--fit", "moe_curve.points[1].ms", "--format", "json"]
+    run = run_main(capsys, *(f"--measured={m}" for m in measured), *fit)
+    assert run.code == 0
+    assert (
+        "--fit: 4 leave-one-out residuals are null: at the fitted values not even all the measurements can make the "
+        "fit (a value none of them moves, or values they cannot tell apart), so none is refitted without one"
+    ) in run.err
+    assert "without each of those measurements" not in run.err
+    assert [m["loo_residual"] for m in run.json()["fit"]["measurements"]] == [None] * 4
+
+
 def test_a_fit_still_moving_after_100_steps_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     """From a reference bandwidth of 1e-6 TB/s the fit trades it against a curve point that runs off with it,
     lowering the cost less and less: after 100 steps it says it stopped there, and a refit that still moves
