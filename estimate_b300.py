@@ -2199,12 +2199,11 @@ def fit(
     spent = [0]  # evaluations of the model by the least squares, then by the refit under way
 
     def calibrated(values: Sequence[float], *, probe: bool = False) -> Calibration:
-        """The calibration at these values, its scenarios and break-even estimated too unless it is a probe: a
-        fit goes only where the report holds (all of it but the physical cross-check, which reads every point
-        of the curve and is checked after the fit)."""
+        """The calibration at these values, its scenarios estimated too unless it is a probe: a fit goes only
+        where they hold. (The break-even and the physical cross-check are checked after the fit.)"""
         at = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
         if not probe:
-            break_even(at, decompose(at), scenarios(at))
+            scenarios(at)
         return at
 
     failed: list[CalibrationError] = []  # why the calibration did not hold, the last time values failed
