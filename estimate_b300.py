@@ -2300,7 +2300,7 @@ def fit(
         used, nulls = 0, collections.Counter[NullWhy]()
         if not identifiable(j_full, measurements):  # nor can all of them, where the fit ended: no refit at all
             nulls["all"] = len(measurements)
-        tasks = [functools.partial(refit_without, i) for i in range(len(measurements)) if not nulls["all"]]
+        tasks = [] if nulls["all"] else [functools.partial(refit_without, i) for i in range(len(measurements))]
         slow = spent[0] > MAX_FIT_EVALUATIONS // 4  # the least squares was, and so its refits will be
         with contextlib.closing(over_cpus(tasks, min_tasks=2 if slow else 8)) as refits:  # forking pays from there
             for done, (residual, evaluations, why) in enumerate(refits, 1):
