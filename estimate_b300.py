@@ -2197,11 +2197,16 @@ def fit(
     reread = REREAD_EVALUATIONS + (len(cal.moe_curve.points) // POINTS_PER_EVALUATION if in_curve else 0)
     per_trial = reread + SCENARIO_EVALUATIONS * scenario_count  # and a probe's is the re-read alone
     spent = [0]  # evaluations of the model by the least squares, then by the refit under way
+    last: list[tuple[Sequence[float], object, Calibration]] = [(start, doc, cal)]  # the values read last, as read
 
     def calibrated(values: Sequence[float], *, probe: bool = False) -> Calibration:
         """The calibration at these values, its scenarios estimated too unless it is a probe: a fit goes only
-        where they hold. (The break-even and the physical cross-check are checked after the fit.)"""
-        at = recalibrate(doc, cal, [(path, v) for (path, _), v in zip(keys, values, strict=True)])[1]
+        where they hold. (The break-even and the physical cross-check are checked after the fit.) It is read
+        from the values read last, changing those that differ: a probe moves one."""
+        before, before_doc, before_cal = last[0]
+        changes = [(path, v) for (path, _), v, was in zip(keys, values, before, strict=True) if v != was]
+        at_doc, at = recalibrate(before_doc, before_cal, changes)
+        last[0] = (tuple(values), at_doc, at)
         if not probe:
             scenarios(at)
         return at
