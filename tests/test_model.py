@@ -222,6 +222,16 @@ def test_every_figure_is_finite() -> None:
         assert all(math.isfinite(v) for v in (row.moe_ms, row.attn_base_ms, row.spec_ms, row.step_ms, row.tok_s))
 
 
+def test_a_figure_past_its_bound_says_so_in_enough_digits() -> None:
+    """A figure just past 1e15 is an error that shows it past the bound, not rounded onto it."""
+    for value, shown in ((1.00004e15, "gives 1.00004e+15;"), (-1.2e16, "gives -1.2e+16;"), (1e15, "gives 1e+15;")):
+        with pytest.raises(eb.CalibrationError) as error:
+            eb.derive("big", "x * 1", "", eb.given("x", value))
+        assert shown in error.value.message and "expected a finite figure below 1e+15" in error.value.message
+    with pytest.raises(eb.CalibrationError, match="gives nan;"):
+        eb.derive("nothing", "x - x", "", eb.given("x", math.inf))
+
+
 # --- The derivation the model hands over -----------------------------------------------------
 
 
