@@ -300,7 +300,9 @@ def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
         value = math.nan
     if not abs(value) < MAX_FIGURE:  # also NaN
         values = ", ".join(f"{i.name} = {i.value:.4g}" + (f" ({i.path})" if i.path else "") for i in inputs)
-        shown = f"{value:.4g}" if abs(float(f"{value:.4g}")) != MAX_FIGURE else f"{value:.9g}"  # not 1e+15
+        shown = f"{value:.4g}"
+        if abs(float(shown)) == MAX_FIGURE:  # a value just past the bound, not rounded onto it
+            shown = f"{value:.9g}"
         raise CalibrationError(
             name, f"{formula} with {values} gives {shown}; expected a finite figure below {MAX_FIGURE:.0e}: "
             "inputs of sensible size"
