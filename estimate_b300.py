@@ -2206,9 +2206,9 @@ def fit(
         """The calibration at these values, its scenarios estimated too unless it is a probe: a fit goes only
         where they hold. (The break-even and the physical cross-check are checked after the fit.) It is read
         from the values read last, changing those that differ: a probe moves one."""
-        before, before_doc, before_cal = last[0]
-        changes = [(path, v) for (path, _), v, was in zip(keys, values, before, strict=True) if v != was]
-        at_doc, at = recalibrate(before_doc, before_cal, changes)
+        read_values, read_doc, read_cal = last[0]
+        changes = [(path, v) for (path, _), v, was in zip(keys, values, read_values, strict=True) if v != was]
+        at_doc, at = recalibrate(read_doc, read_cal, changes)
         last[0] = (tuple(values), at_doc, at)
         if not probe:
             scenarios(at)
