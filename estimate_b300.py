@@ -3734,11 +3734,12 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
         yield line([*MEASUREMENT_FIELDS, *extra, *Provenance._fields])
         for i, p in enumerate(report.track_record):
             more = [fit.before[i].predicted_tok_s, p.predicted_tok_s, p.residual, fit.loo_residuals[i]] if fit else []
-            yield line([*map(_csv_cell, [*_measurement_json(p).values(), *more]), *provenance])
+            yield line([*_measurement_json(p).values(), *more, *provenance])
 
 
 def _csv_writer() -> Callable[[Iterable[object]], str]:
-    """A function that gives one row as the csv module quotes it, with its line end."""
+    """A function that gives one row as the csv module quotes it, each cell as _csv_cell shows it, with its
+    line end. Every cell is escaped here, so the output needs no pass of its own (as JSON escapes itself)."""
     import csv
     import io
 
@@ -3748,7 +3749,7 @@ def _csv_writer() -> Callable[[Iterable[object]], str]:
     def line(cells: Iterable[object]) -> str:
         out.seek(0)
         out.truncate()
-        writer.writerow(cells)
+        writer.writerow(map(_csv_cell, cells))
         return out.getvalue()
 
     return line
@@ -3757,10 +3758,10 @@ def _csv_writer() -> Callable[[Iterable[object]], str]:
 def _csv_points(points: Iterable[SweepPoint], _: int, provenance: Sequence[str]) -> str:
     """A row for each scenario of each point: the point's values, the scenario's fields, the provenance."""
     line = _csv_writer()
-    scenario = encoded_once(lambda row: line([*map(_csv_cell, row[: len(SCENARIO_FIELDS)]), *provenance]))
+    scenario = encoded_once(lambda row: line([*row[: len(SCENARIO_FIELDS)], *provenance]))
     out = []
     for point in points:
-        values = line([*(_csv_cell(v) for _, v in point.values), ""])[:-1] if point.values else ""  # "a,b,"
+        values = line([*(v for _, v in point.values), ""])[:-1] if point.values else ""  # "a,b,"
         out += [values + scenario(row) for row in point.scenarios]
     return "".join(out)
 
@@ -4164,7 +4165,7 @@ def _run(argv: list[str]) -> int:
     ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), _stdout_encoding())
     style = Style(args.tablefmt, max(columns, 80), 0 if args.no_chart else columns, ascii_only, args.all)
     chunks = (render_explain if args.explain else RENDERERS[args.format])(report, style)
-    if args.format != "json":  # JSON escapes by itself; text and CSV cells are escaped here
+    if args.format not in ("json", "csv"):  # JSON and CSV escape their cells; text is escaped here
         chunks = map(printable_lines, chunks)
     if ascii_only:  # a name from the calibration in Unicode: B300\xe9
         chunks = (chunk.encode("ascii", "backslashreplace").decode("ascii") for chunk in chunks)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
+import io
 import json
 import os
 import re
@@ -92,6 +94,20 @@ def test_a_gpu_name_cannot_steer_the_terminal(capsys: pytest.CaptureFixture[str]
     assert "\x1b" not in run.out and "\x07" not in run.out
     if fmt != ["--format", "csv"]:
         assert "B\\x1b[31m300\\x07" in run.out
+
+
+def test_every_csv_cell_is_escaped_where_it_is_written(write_calibration: Any) -> None:
+    """CSV gets no pass over its whole text, as tables do: a swept text and the file's name come out escaped,
+    and a reader finds one row per scenario and point."""
+    path = write_calibration(DEFAULT_CALIBRATION.read_text(), name="new\nline\x1b.json")
+    run = run_script("--calibration", str(path), "--sweep", 'hardware.target.name="B\\u001b300","x\\ny\\ud800"',
+                     "--format", "csv")  # fmt: skip
+    assert run.code == 0, run.err
+    assert run.out.isascii() and run.out.replace("\n", "").isprintable()
+    rows = list(csv.DictReader(io.StringIO(run.out)))
+    assert len(rows) == 2 * 8 and run.out.count("\n") == 1 + 2 * 8
+    assert {row["hardware.target.name"] for row in rows} == {"B\\x1b300", "x\\ny\\ud800"}
+    assert {row["calibration_file"] for row in rows} == {str(path).replace("\n", "\\n").replace("\x1b", "\\x1b")}
 
 
 @pytest.mark.parametrize(
