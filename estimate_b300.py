@@ -266,6 +266,10 @@ class Calibration(NamedTuple):
 # MoE(M) is the reference GPU's curve at the verify batch M = budget + 1, divided by the bandwidth
 # ratio. ATTN_BASE and SPEC are what is left of the two anchors measured on the target. `kept` is 1
 # on SGLang and 1 - overhead_cut on the native engine; both scales are 1 for the current drafter.
+#
+# Every number is a Figure that carries its derivation: derive(name, formula, unit, *inputs) runs
+# the formula's own text, so what --explain, the tables and JSON show is what ran. The experts fit,
+# the physical cross-check and how a formula's text runs follow the main line, in that order.
 
 
 class Figure(NamedTuple):
@@ -288,7 +292,8 @@ def given(name: str, value: float, unit: str = "", path: str = "") -> Figure:
 
 
 def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
-    """A figure computed by its formula: the text, with the inputs' values for their names, is what runs.
+    """A figure computed by its formula: the text, with the inputs' values for their names, is what runs
+    (compiled once: see _compile, at the end of the model).
 
     >>> derive("AR step", "1000 / ar_tok_s", "ms", given("ar_tok_s", 125)).value
     8.0
@@ -308,54 +313,6 @@ def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
             "inputs of sensible size"
         )  # fmt: skip
     return Figure(name, value, unit, formula, inputs)
-
-
-_COMPILED: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # formula text -> the function it spells
-_CODES: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # the code of a formula -> the same function
-
-
-def _compile(formula: str, inputs: tuple[Figure, ...]) -> Callable[[tuple[Figure, ...]], float]:
-    """'AR step - MoE(1)' -> lambda v: v[0].value - v[1].value. A formula text always names the same inputs;
-    formulas that differ only in the names (peak read(9), peak read(33)) share the code."""
-    index = {f.name: i for i, f in enumerate(inputs)}
-    code = replace_names(formula, index, lambda name: f"v[{index[name]}].value").replace("^", "**")
-    if len(_COMPILED) > 4096:  # formulas that name an M (curve(33)) are many in a sweep of budgets
-        _COMPILED.clear()
-        _CODES.clear()
-    compute = _CODES.get(code) or eval(f"lambda v: {code}", {"__builtins__": {}})
-    _COMPILED[formula] = _CODES[code] = compute
-    return compute
-
-
-def replace_names(formula: str, names: Iterable[str], by: Callable[[str], str]) -> str:
-    """The formula with each name that stands as a whole word replaced; a longer name goes first.
-
-    >>> replace_names("DDTree step - step", ["step", "DDTree step"], str.upper)
-    'DDTREE STEP - STEP'
-    >>> replace_names("a.step + step_ms + step2 + step", ["step"], str.upper)
-    'a.step + step_ms + step2 + STEP'
-    """
-    spans: list[tuple[int, int, str]] = []  # (start, end, name), none overlapping another
-    for name in sorted(names, key=len, reverse=True):
-        start = formula.find(name)
-        while start >= 0:
-            end = start + len(name)
-            if (
-                not _in_word(formula, start - 1) and not _in_word(formula, end)
-                and not any(s < end and start < e for s, e, _ in spans)
-            ):  # fmt: skip
-                spans.append((start, end, name))
-            start = formula.find(name, start + 1)
-    out, i = [], 0
-    for start, end, name in sorted(spans):
-        out += [formula[i:start], by(name)]
-        i = end
-    return "".join([*out, formula[i:]])
-
-
-def _in_word(text: str, k: int) -> bool:
-    """Whether the character at k (if any) would continue a name: a letter, a digit, _ or ."""
-    return 0 <= k < len(text) and (text[k].isalnum() or text[k] in "_.")
 
 
 @functools.lru_cache(maxsize=64)  # one hardware, every M: a fit reads the curve at each measured tree's M
@@ -400,13 +357,6 @@ def _moe_time(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, 
     return MoeTime(m, time, not curve.points[0].m <= m <= curve.points[-1].m, floor)
 
 
-@functools.lru_cache(maxsize=1024)  # keyed without the curve: a fit that moves the curve's times finds it here
-def moe_floor(hardware: Hardware, model: ModelGeometry, tp: int, m: int) -> Figure:
-    """The time in ms of one step's MoE weight read at 100% of the target's bandwidth."""
-    read = moe_gb_per_gpu(model, tp, m)
-    return derive("MoE floor", f"{read.name} / target bandwidth", "ms", read, _bandwidths(hardware)[0])
-
-
 def curve_at(curve: MoeCurve, model: ModelGeometry | None, m: int) -> Figure:
     """curve(M): a measured point, the straight line through the nearest two, or the experts fit.
 
@@ -434,7 +384,6 @@ class Decomposition(NamedTuple):
     """The calibration step: the two measured anchors split into MoE, ATTN_BASE and SPEC."""
 
     bandwidth_ratio: Figure
-    ar_tok_s: Figure
     today: Figure  # the DDTree anchor's tok_s: the throughput measured today
     ar_step: Figure
     moe_ar: MoeTime  # MoE(1)
@@ -490,9 +439,7 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
         for part in (ddtree_step, moe_m, attn_base, spec, overhead)
     }
     today = tok_s._replace(name="today")
-    return Decomposition(
-        ratio, ar_tok_s, today, ar_step, moe_ar, attn_base, ddtree_step, moe_dd, spec, overhead, shares
-    )
+    return Decomposition(ratio, today, ar_step, moe_ar, attn_base, ddtree_step, moe_dd, spec, overhead, shares)
 
 
 class Drafter(NamedTuple):
@@ -606,17 +553,42 @@ def scenario(
     moe, step_ = part.moe, part.step
     tok_s = throughput(accept, step_)
     x_today = derive("x today", "tok/s / today", "x", tok_s, dec.today)
-    figures = [tok_s, x_today, chain_alpha(accept.value, drafter.block)]
-    if moe.floor:
-        ceiling = derive("ceiling", "1000 * accept / MoE floor", "tok/s", accept, moe.floor)
+    alpha = chain_alpha(accept.value, drafter.block)
+    figures = [moe.time, part.attn_base, part.spec, step_, tok_s, x_today, alpha]
+    ceiling = derive("ceiling", "1000 * accept / MoE floor", "tok/s", accept, moe.floor) if moe.floor else None
+    if ceiling:
         figures += [ceiling, derive("of ceiling", "tok/s / ceiling", "%", tok_s, ceiling)]
-    named = {f.name: f for f in (moe.time, part.attn_base, part.spec, step_, *figures)}
     return Scenario(
-        drafter.name, pipeline, drafter.block, drafter.budget, moe.m, accept.value, named["chain alpha"].value,
-        moe.time.value, part.attn_base.value, part.spec.value, step_.value, tok_s.value, moe.extrapolated,
-        drafter.name == "current" and pipeline == "sglang", moe.floor.value if moe.floor else None,
-        named["ceiling"].value if moe.floor else None, named["x today"].value, limit is None, limit, named,
+        drafter=drafter.name, pipeline=pipeline, block=drafter.block, budget=drafter.budget, m=moe.m,
+        accept=accept.value, chain_alpha=alpha.value, moe_ms=moe.time.value, attn_base_ms=part.attn_base.value,
+        spec_ms=part.spec.value, step_ms=step_.value, tok_s=tok_s.value, moe_extrapolated=moe.extrapolated,
+        measured=drafter.name == "current" and pipeline == "sglang",
+        moe_floor_ms=moe.floor.value if moe.floor else None, tok_s_ceiling=ceiling.value if ceiling else None,
+        vs_today=x_today.value, runnable=limit is None, not_runnable_reason=limit, figures={f.name: f for f in figures},
     )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1024)
+def chain_alpha(accept: float, depth: int) -> Figure:
+    """The per-token acceptance rate a chain of `depth` drafted tokens needs for a mean accept length.
+
+    Solves (1 - a^(depth + 1)) / (1 - a) = accept (Leviathan et al., 2023) by bisection,
+    each probe in closed form, so any depth costs the same; accept = depth + 1 means a = 1.
+
+    >>> round(chain_alpha(4.4, 8).value, 3)
+    0.805
+    """
+    low, high = (1.0, 1.0) if accept >= depth + 1 else (0.0, 1.0)  # the length rises with a from 1 to depth + 1
+    for _ in range(200):
+        a = (low + high) / 2
+        if a in (low, high):
+            break
+        length = -math.expm1((depth + 1) * math.log(a)) / (1 - a) if a > 0 else 1.0  # exact as a nears 1
+        low, high = (a, high) if length < accept else (low, a)
+    formula = "the a with (1 - a^(block + 1)) / (1 - a) equal to accept"  # Leviathan et al., 2023: in the notes
+    return Figure(
+        "chain alpha", (low + high) / 2, "", formula, (given("block", depth, "count"), given("accept", accept))
+    )
 
 
 def scenarios(cal: Calibration) -> tuple[Scenario, ...]:
@@ -657,16 +629,6 @@ def _drafter_on(
     dec = _decompose(hardware, model, curve, anchors)
     part = step(_moe_time(hardware, model, curve, drafter.m), step_parts(dec, drafter, kept(engine)))
     return tuple(scenario(dec, drafter, pipeline, accept, part, limit) for accept in accepts)
-
-
-def derivation(*figures: Figure, found: dict[int, Figure] | None = None) -> list[Figure]:
-    """Every computed figure the given ones rest on, each once, in the order they were computed."""
-    found = {} if found is None else found
-    for figure in figures:
-        if figure.formula and id(figure) not in found:
-            derivation(*figure.inputs, found=found)
-            found[id(figure)] = figure
-    return list(found.values())
 
 
 class BreakEven(NamedTuple):
@@ -716,7 +678,7 @@ def tree_shape(cal: Calibration, m: Measurement) -> tuple[int, int]:
     return m.block or tree.block, m.budget or tree.budget
 
 
-# --- The physical cross-check: the bytes the MoE must read ---
+# --- The experts fit: curve(M) = t0 + t_expert * distinct(M), for curves read far past their points ---
 
 
 @functools.lru_cache(maxsize=2048)  # the experts fit reads it at every point of the curve, at every refit
@@ -730,6 +692,63 @@ def distinct_experts(model: ModelGeometry, m: int) -> Figure:
     e = given("E", model.routed_experts, "count", "model.routed_experts")
     k = given("k", model.experts_per_token, "count", "model.experts_per_token")
     return derive(f"distinct({m})", f"E * (1 - (1 - k / E)^{m})", "experts", e, k)
+
+
+class ExpertsFit(NamedTuple):
+    """The experts line (experts_line), and how far each curve point lies from it."""
+
+    t0: Figure
+    t_expert: Figure
+    residuals_ms: tuple[tuple[int, float], ...]  # (M, measured - fitted) at each point
+
+
+def fit_experts(points: CurvePoints, model: ModelGeometry) -> ExpertsFit:
+    """The experts line through the curve's points, and each point's residual from it."""
+    t0, t_expert = experts_line(points, model)
+    distinct = [distinct_experts(model, p.m).value for p in points]
+    residuals = tuple((p.m, p.ms - (t0.value + t_expert.value * x)) for p, x in zip(points, distinct, strict=True))
+    return ExpertsFit(t0, t_expert, residuals)
+
+
+@functools.lru_cache(maxsize=64)
+def experts_line(points: CurvePoints, model: ModelGeometry) -> tuple[Figure, Figure]:
+    """t0 and t_expert (the time of each distinct routed expert a layer touches): the ordinary least squares
+    of curve(M) = t0 + t_expert * x over every point, x = distinct(M), gives
+    t_expert = sum((x - mean x) * (y - mean y)) / Sxx and t0 = mean y - t_expert * mean x.
+
+    Distinct experts flatten as a batch touches nearly all of them, so this reads large M far better
+    than a straight line in M does. The x side depends on the points' Ms alone and is computed once.
+    """
+    x_mean, weights = _experts_weights(tuple(p.m for p in points), model)
+    ys = [p.ms for p in points]
+    y_mean = sum(ys) / len(ys)
+    slope = sum(w * (y - y_mean) for w, y in zip(weights, ys, strict=True))
+    how = "least squares of curve(M) = t0 + t_expert * distinct(M) through the curve's points"
+    return Figure("t0", y_mean - slope * x_mean, "ms", how), Figure("t_expert", slope, "ms", how)
+
+
+@functools.lru_cache(maxsize=16)
+def _experts_weights(ms: tuple[int, ...], model: ModelGeometry) -> tuple[float, tuple[float, ...]]:
+    """mean x, and each point's (x - mean x) / Sxx: what turns the times into the slope."""
+    xs = [distinct_experts(model, m).value for m in ms]
+    x_mean = sum(xs) / len(xs)
+    sxx = sum((x - x_mean) ** 2 for x in xs)
+    if sxx <= ROUNDING * max(x_mean * x_mean, 1.0):
+        raise CalibrationError(
+            "moe_curve.fit", "every point touches the same number of distinct experts (experts_per_token = "
+            'routed_experts?); expected points the experts fit can tell apart, or fit "linear"'
+        )  # fmt: skip
+    return x_mean, tuple((x - x_mean) / sxx for x in xs)
+
+
+# --- The physical cross-check: the bytes the MoE must read ---
+
+
+@functools.lru_cache(maxsize=1024)  # keyed without the curve: a fit that moves the curve's times finds it here
+def moe_floor(hardware: Hardware, model: ModelGeometry, tp: int, m: int) -> Figure:
+    """The time in ms of one step's MoE weight read at 100% of the target's bandwidth."""
+    read = moe_gb_per_gpu(model, tp, m)
+    return derive("MoE floor", f"{read.name} / target bandwidth", "ms", read, _bandwidths(hardware)[0])
 
 
 @functools.lru_cache(maxsize=256)
@@ -759,82 +778,6 @@ def moe_gb_per_gpu(model: ModelGeometry, tp: int, m: int) -> Figure:
     )  # fmt: skip
     formula = f"MoE layers * ({distinct.name} * expert MB + shared MB) / TP / 1000"
     return derive(f"GB per GPU({m})", formula, "GB", layers, distinct, expert, shared, ranks)
-
-
-class ExpertsLine(NamedTuple):
-    """curve(M) = t0 + t_expert * distinct(M), least squares over the curve's points."""
-
-    t0: Figure
-    t_expert: Figure  # per distinct routed expert per layer touched by the batch
-
-
-class ExpertsFit(NamedTuple):
-    """The experts line, and how far each curve point lies from it."""
-
-    t0: Figure
-    t_expert: Figure
-    residuals_ms: tuple[tuple[int, float], ...]  # (M, measured - fitted) at each point
-
-
-def fit_experts(points: CurvePoints, model: ModelGeometry) -> ExpertsFit:
-    """The experts line through the curve's points, and each point's residual from it."""
-    t0, t_expert = experts_line(points, model)
-    distinct = [distinct_experts(model, p.m).value for p in points]
-    residuals = tuple((p.m, p.ms - (t0.value + t_expert.value * x)) for p, x in zip(points, distinct, strict=True))
-    return ExpertsFit(t0, t_expert, residuals)
-
-
-@functools.lru_cache(maxsize=64)
-def experts_line(points: CurvePoints, model: ModelGeometry) -> ExpertsLine:
-    """Ordinary least squares of curve(M) = t0 + t_expert * x over every point, x = distinct(M):
-    t_expert = sum((x - mean x) * (y - mean y)) / Sxx and t0 = mean y - t_expert * mean x.
-
-    Distinct experts flatten as a batch touches nearly all of them, so this reads large M far better
-    than a straight line in M does. The x side depends on the points' Ms alone and is computed once.
-    """
-    x_mean, weights = _experts_weights(tuple(p.m for p in points), model)
-    ys = [p.ms for p in points]
-    y_mean = sum(ys) / len(ys)
-    slope = sum(w * (y - y_mean) for w, y in zip(weights, ys, strict=True))
-    how = "least squares of curve(M) = t0 + t_expert * distinct(M) through the curve's points"
-    return ExpertsLine(Figure("t0", y_mean - slope * x_mean, "ms", how), Figure("t_expert", slope, "ms", how))
-
-
-@functools.lru_cache(maxsize=16)
-def _experts_weights(ms: tuple[int, ...], model: ModelGeometry) -> tuple[float, tuple[float, ...]]:
-    """mean x, and each point's (x - mean x) / Sxx: what turns the times into the slope."""
-    xs = [distinct_experts(model, m).value for m in ms]
-    x_mean = sum(xs) / len(xs)
-    sxx = sum((x - x_mean) ** 2 for x in xs)
-    if sxx <= ROUNDING * max(x_mean * x_mean, 1.0):
-        raise CalibrationError(
-            "moe_curve.fit", "every point touches the same number of distinct experts (experts_per_token = "
-            'routed_experts?); expected points the experts fit can tell apart, or fit "linear"'
-        )  # fmt: skip
-    return x_mean, tuple((x - x_mean) / sxx for x in xs)
-
-
-@functools.lru_cache(maxsize=1024)
-def chain_alpha(accept: float, depth: int) -> Figure:
-    """The per-token acceptance rate a chain of `depth` drafted tokens needs for a mean accept length.
-
-    Solves (1 - a^(depth + 1)) / (1 - a) = accept (Leviathan et al., 2023) by bisection,
-    each probe in closed form, so any depth costs the same; accept = depth + 1 means a = 1.
-
-    >>> round(chain_alpha(4.4, 8).value, 3)
-    0.805
-    """
-    low, high = (1.0, 1.0) if accept >= depth + 1 else (0.0, 1.0)  # the length rises with a from 1 to depth + 1
-    for _ in range(200):
-        a = (low + high) / 2
-        if a in (low, high):
-            break
-        length = -math.expm1((depth + 1) * math.log(a)) / (1 - a) if a > 0 else 1.0  # exact as a nears 1
-        low, high = (a, high) if length < accept else (low, a)
-    formula = "the a with (1 - a^(block + 1)) / (1 - a) equal to accept"  # Leviathan et al., 2023: in the notes
-    return Figure(
-        "chain alpha", (low + high) / 2, "", formula, (given("block", depth, "count"), given("accept", accept))
-    )
 
 
 class RooflinePoint(NamedTuple):
@@ -869,6 +812,14 @@ def _roofline_point(hardware: Hardware, model: ModelGeometry, tp: int, p: CurveP
     return RooflinePoint(p.m, p.ms, p.basis, distinct, read.value * 1e9, peak.value, efficiency.value, figures)
 
 
+def roofline_figure(roof: tuple[RooflinePoint, ...], name: str) -> Figure:
+    """A figure that every curve point's read shares ("MoE layers", "expert MB"), from the first one's derivation."""
+    return next(f for f in roof[0].figures if f.name == name)
+
+
+# --- The whole estimate ---
+
+
 class Estimate(NamedTuple):
     calibration: Calibration
     decomposition: Decomposition
@@ -884,6 +835,67 @@ def estimate(cal: Calibration) -> Estimate:
     rows = scenarios(cal)
     fit = fit_experts(cal.moe_curve.points, cal.model) if cal.moe_curve.fit == "experts" and cal.model else None
     return Estimate(cal, dec, rows, break_even(cal, dec, rows), roofline(cal), fit)
+
+
+# --- How a formula runs: its text, compiled once, and the figures a figure rests on ---
+
+
+_COMPILED: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # formula text -> the function it spells
+_CODES: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # the code of a formula -> the same function
+
+
+def _compile(formula: str, inputs: tuple[Figure, ...]) -> Callable[[tuple[Figure, ...]], float]:
+    """'AR step - MoE(1)' -> lambda v: v[0].value - v[1].value. A formula text always names the same inputs;
+    formulas that differ only in the names (peak read(9), peak read(33)) share the code."""
+    index = {f.name: i for i, f in enumerate(inputs)}
+    code = replace_names(formula, index, lambda name: f"v[{index[name]}].value").replace("^", "**")
+    if len(_COMPILED) > 4096:  # formulas that name an M (curve(33)) are many in a sweep of budgets
+        _COMPILED.clear()
+        _CODES.clear()
+    compute = _CODES.get(code) or eval(f"lambda v: {code}", {"__builtins__": {}})
+    _COMPILED[formula] = _CODES[code] = compute
+    return compute
+
+
+def replace_names(formula: str, names: Iterable[str], by: Callable[[str], str]) -> str:
+    """The formula with each name that stands as a whole word replaced; a longer name goes first.
+
+    >>> replace_names("DDTree step - step", ["step", "DDTree step"], str.upper)
+    'DDTREE STEP - STEP'
+    >>> replace_names("a.step + step_ms + step2 + step", ["step"], str.upper)
+    'a.step + step_ms + step2 + STEP'
+    """
+    spans: list[tuple[int, int, str]] = []  # (start, end, name), none overlapping another
+    for name in sorted(names, key=len, reverse=True):
+        start = formula.find(name)
+        while start >= 0:
+            end = start + len(name)
+            if (
+                not _in_word(formula, start - 1) and not _in_word(formula, end)
+                and not any(s < end and start < e for s, e, _ in spans)
+            ):  # fmt: skip
+                spans.append((start, end, name))
+            start = formula.find(name, start + 1)
+    out, i = [], 0
+    for start, end, name in sorted(spans):
+        out += [formula[i:start], by(name)]
+        i = end
+    return "".join([*out, formula[i:]])
+
+
+def _in_word(text: str, k: int) -> bool:
+    """Whether the character at k (if any) would continue a name: a letter, a digit, _ or ."""
+    return 0 <= k < len(text) and (text[k].isalnum() or text[k] in "_.")
+
+
+def derivation(*figures: Figure, found: dict[int, Figure] | None = None) -> list[Figure]:
+    """Every computed figure the given ones rest on, each once, in the order they were computed."""
+    found = {} if found is None else found
+    for figure in figures:
+        if figure.formula and id(figure) not in found:
+            derivation(*figure.inputs, found=found)
+            found[id(figure)] = figure
+    return list(found.values())
 
 
 # === Loading and validating the calibration ===
@@ -2768,7 +2780,8 @@ class Headline(NamedTuple):
 
 
 class Report(NamedTuple):
-    """Everything one run computed; the renderers read it and compute nothing new."""
+    """Everything one run computed; the renderers read it and compute nothing new, except that a sweep's plan
+    estimates again, as they are read, the points its check did not hold (see SweepPlan)."""
 
     provenance: Provenance
     estimate: Estimate
@@ -2832,7 +2845,7 @@ def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool, studie
     The band is the whole band when --sensitivity studied the same scenario, else the two corners
     that are the whole band wherever the estimate is monotonic in each assumption.
     """
-    rows = {(row.drafter, row.pipeline): row for row in est.scenarios}  # the first accept length of each
+    rows = {(row.drafter, row.pipeline): row for row in est.scenarios}  # the current drafter's have one accept each
     stronger = {p: tuple(r for r in est.scenarios if (r.drafter, r.pipeline) == ("stronger", p)) for p in PIPELINES}
     spread, no_band, spec = None, "", ScenarioSpec("stronger", "native", None)
     if band and cal.ranges:
@@ -2845,7 +2858,7 @@ def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool, studie
     return Headline(rows["current", "sglang"], rows["current", "native"], runnable, spread, no_band)
 
 
-# === Rendering: every renderer reads the report and formats it; none calls the model ===
+# === Rendering: every renderer formats the report; none calls the model (a sweep's points come from its plan) ===
 
 # How a figure prints, by unit: (as a result, as a number inside another figure's formula).
 FIGURE_FORMATS = {
@@ -3078,20 +3091,9 @@ def calibration_section(report: Report, style: Style) -> Section:
         "AR step": _measured(cal), "DDTree step": _measured(cal),
         dec.moe_ar.time.name: curve_basis(dec.moe_ar), dec.moe_ddtree.time.name: curve_basis(dec.moe_ddtree),
     }  # fmt: skip
-    figures = [
-        dec.ar_step,
-        dec.moe_ar.time,
-        dec.attn_base,
-        dec.ddtree_step,
-        dec.moe_ddtree.time,
-        dec.spec,
-        dec.overhead,
-    ]
-    shares = {
-        name: f.value
-        for name, f in dec.shares.items()
-        if name != dec.moe_ar.time.name or dec.moe_ar.m == dec.moe_ddtree.m
-    }
+    figures = (dec.ar_step, dec.moe_ar.time, dec.attn_base, dec.ddtree_step, dec.moe_ddtree.time, dec.spec,
+               dec.overhead)  # fmt: skip
+    shares = {name: f.value for name, f in dec.shares.items()}  # MoE(budget+1) has one, never MoE(1): budgets are >= 1
     columns = [
         Column("figure", lambda f: f.name),
         Column("formula", lambda f: f.formula),
@@ -3118,18 +3120,6 @@ def _mark(extrapolated: bool) -> str:
     return "*" if extrapolated else ""
 
 
-SCENARIO_COLUMNS = [  # both drafters' tables, and the sweep's, in one order
-    Column("pipeline", lambda r: PIPELINE_LABELS[r.pipeline].removesuffix(" engine")),
-    Column("accept", lambda r: r.accept, "g"),
-    Column("MoE", lambda r: f"{r.moe_ms:.2f}{_mark(r.moe_extrapolated)}", "s"),
-    Column("ATTN_BASE", lambda r: r.attn_base_ms, ".2f"),
-    Column("SPEC", lambda r: r.spec_ms, ".2f"),
-    Column("step", lambda r: r.step_ms, ".2f"),
-    Column("tok/s", lambda r: r.tok_s, ".0f"),
-    Column("x today", lambda r: r.vs_today, ".2f"),
-]
-
-
 def drafter_sections(report: Report, style: Style) -> list[Section]:
     cal, rows = report.estimate.calibration, report.estimate.scenarios
     reasons = _reasons(rows)
@@ -3139,7 +3129,17 @@ def drafter_sections(report: Report, style: Style) -> list[Section]:
             return f"cannot run [{reasons.index(row.not_runnable_reason or '') + 1}]"
         return _measured(cal) if row.measured else "estimate"
 
-    columns = [*SCENARIO_COLUMNS, Column("basis", basis)]
+    columns = [
+        Column("pipeline", lambda r: PIPELINE_LABELS[r.pipeline].removesuffix(" engine")),
+        Column("accept", lambda r: r.accept, "g"),
+        Column("MoE", lambda r: f"{r.moe_ms:.2f}{_mark(r.moe_extrapolated)}", "s"),
+        Column("ATTN_BASE", lambda r: r.attn_base_ms, ".2f"),
+        Column("SPEC", lambda r: r.spec_ms, ".2f"),
+        Column("step", lambda r: r.step_ms, ".2f"),
+        Column("tok/s", lambda r: r.tok_s, ".0f"),
+        Column("x today", lambda r: r.vs_today, ".2f"),
+        Column("basis", basis),
+    ]
     dd, sd = cal.anchors.ddtree, cal.stronger_drafter
     return [
         Section(
@@ -3199,11 +3199,11 @@ def physical_sections(report: Report, style: Style) -> list[Section]:
             )
         ]
     ref, tgt = cal.hardware.reference, cal.hardware.target
-    expert = next(f for f in roof[0].figures if f.name == "expert MB")
+    expert, layers = roofline_figure(roof, "expert MB"), roofline_figure(roof, "MoE layers")
     shared = ", shared expert included at 16 bits" if model.curve_includes_shared_expert else ""
     title = (
         f"Physical cross-check, under uniform routing (each token picks {model.experts_per_token} of "
-        f"{model.routed_experts} experts independently): {model.layers - model.dense_layers} MoE layers, one routed "
+        f"{model.routed_experts} experts independently): {layers.value:g} MoE layers, one routed "
         f"expert {figure_text(expert)}, TP {cal.moe_curve.tp}{shared}. Each curve point against {ref.name}'s "
         f"{ref.mem_bandwidth_tb_s:g} TB/s peak."
     )
@@ -3619,8 +3619,8 @@ def report_json(report: Report) -> dict[str, object]:
     if est.roofline is not None and cal.model:
         document["roofline"] = {
             "routing": "uniform",
-            "moe_layers": cal.model.layers - cal.model.dense_layers,
-            "expert_bytes": next(f for f in est.roofline[0].figures if f.name == "expert MB").value * 1e6,
+            "moe_layers": round(roofline_figure(est.roofline, "MoE layers").value),
+            "expert_bytes": roofline_figure(est.roofline, "expert MB").value * 1e6,
             "tp": cal.moe_curve.tp,
             "points": [dict(zip(RooflinePoint._fields[:-1], p, strict=False)) for p in est.roofline],
         }
