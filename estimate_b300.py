@@ -2669,7 +2669,8 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
     result = fit(doc, cal, [path_text], [m], "--solve")
     (v,) = result.values
     solution = Solution(v.path, v.value, v.previous, observed, m.label, result.method, result.other_roots, v.domain)
-    return solution, result
+    cannot = sglang_cannot(cal, m)  # an observation SGLang could not have made, as a logged one would be told
+    return solution, result._replace(warnings=(*result.warnings, cannot)) if cannot else result
 
 
 def log_measured(
@@ -2731,17 +2732,20 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
          "the inputs are inconsistent: check the curve, the bandwidths and the anchors")
         for row in rows if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms
     ]  # fmt: skip
-    found += [
-        ("sglang", f"{m.origin}: {m.label} is a measurement on SGLang, but {why}; "
-         "check its pipeline, or sglang.max_budget")
-        for m in cal.measurements
-        if m.pipeline == "sglang" and m.drafter and (why := cannot_run(cal.sglang, tree_shape(cal, m)[1]))
-    ]  # fmt: skip
+    found += [("sglang", message) for m in cal.measurements if (message := sglang_cannot(cal, m))]
     cases: dict[str, list[str]] = {}
     for kind, message in dict.fromkeys(found):
         cases.setdefault(kind, []).append(message)
     return [(kind, first + (f" (and {len(more)} more {MORE_CASES[kind]})" if more else ""))
             for kind, (first, *more) in cases.items()]  # fmt: skip
+
+
+def sglang_cannot(cal: Calibration, m: Measurement) -> str | None:
+    """Why a measurement on SGLang cannot have been made (its tree is past SGLang's budget), or None."""
+    why = cannot_run(cal.sglang, tree_shape(cal, m)[1]) if m.pipeline == "sglang" and m.drafter else None
+    if why is None:
+        return None
+    return f"{m.origin}: {m.label} is a measurement on SGLang, but {why}; check its pipeline, or sglang.max_budget"
 
 
 # === One run: everything the options ask for, computed once ===
@@ -2828,6 +2832,10 @@ def build_report(options: Options) -> Report:
     # a sweep prints its points, not the calibration under them: their warnings, not its
     warnings = list(sweep.warnings) if sweep else [message for _, message in physical_warnings(cal, est.scenarios)]
     warnings += [top.no_band] if top.no_band else []
+    studied = scenario_for(cal, options.sensitivity, "--scenario") if options.sensitivity else None
+    if studied and not studied.runnable:
+        warnings.append(f"--sensitivity of {studied.label}: {studied.not_runnable_reason}; its band is of a run that "
+                        "cannot be made")  # fmt: skip
     warnings += fitted.warnings if fitted else ()
     changed = {format_path(o.path): f"--set {o.text}" for o in options.overrides}
     changed |= {format_path(s.path): f"--sweep {s.text}" for s in options.sweeps}

@@ -860,6 +860,26 @@ def test_smaller_holes_in_the_log(capsys: pytest.CaptureFixture[str], write_cali
     assert sglang.code == 0 and "is a measurement on SGLang, but SGLang cannot verify a budget above 8" in sglang.err
 
 
+def test_an_observation_or_a_study_of_a_run_sglang_cannot_make_is_told(capsys: pytest.CaptureFixture[str]) -> None:
+    """--observed says what a logged measurement says of a tree past SGLang's budget; --sensitivity of one, that its
+    band is of a run that cannot be made. Within the budget, or natively, neither says a word."""
+    solved = run_main(capsys, "--solve", "stronger_drafter.spec_scale", "--observed", "stronger/sglang@14=600")
+    told = "--observed stronger/sglang@14=600: stronger/sglang@14 is a measurement on SGLang, but SGLang cannot verify"
+    assert solved.code == 0 and solved.err.count("\n") == 1 and told in solved.err
+    studied = run_main(capsys, "--sensitivity", "--scenario", "stronger/sglang@14", "--format", "markdown")
+    told = "--sensitivity of stronger/sglang@14: SGLang cannot verify a budget above 8"
+    assert studied.code == 0 and studied.err.count("\n") == 1 and told in studied.err
+    assert "### Warnings" in studied.out  # a note pasted from stdout keeps it
+    for quiet in (
+        ["--solve", "native_engine.overhead_cut", "--observed", "current/native=463"],
+        ["--solve", "anchors.ddtree.tok_s", "--observed", "current/sglang=310"],
+        ["--sensitivity", "--scenario", "stronger/native@14"],
+        ["--sensitivity", "--scenario", "current/sglang"],
+    ):
+        run = run_main(capsys, *quiet, "--format", "json")
+        assert run.code == 0 and run.err == "", (quiet, run.err)
+
+
 def test_csv_rows_name_the_fitted_values(capsys: pytest.CaptureFixture[str]) -> None:
     text = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "csv").out.split("\n\n")[0]
     row = next(csv.DictReader(io.StringIO(text)))
