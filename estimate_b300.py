@@ -365,7 +365,7 @@ def curve_at(curve: MoeCurve, model: ModelGeometry | None, m: int) -> Figure:
     """
     if curve.fit == "experts" and model:
         (t0, t_expert), distinct = experts_line(curve.points, model), distinct_experts(model, m)
-        return derive(f"curve({m})", f"t0 + t_expert * {distinct.name}", "ms", t0, t_expert, distinct)
+        return derive(f"fit({m})", f"t0 + t_expert * {distinct.name}", "ms", t0, t_expert, distinct)
     points = curve.points
     at_or_above = bisect.bisect_left(points.batches, m)
     if at_or_above < len(points) and points[at_or_above].m == m:

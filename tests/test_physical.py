@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -211,6 +212,20 @@ def test_experts_fit_flattens_beyond_the_curve(capsys: pytest.CaptureFixture[str
     assert "MoE(M) is read from the experts fit" in out and "M = 65 lies outside" in out
     fit = run_main(capsys, "--set", "moe_curve.fit=experts", "--format", "json").json()["moe_fit"]
     assert fit["kind"] == "experts" and [r["m"] for r in fit["residuals"]] == [1, 9, 32]
+
+
+def test_the_experts_fit_reading_is_not_named_as_a_measured_point(capsys: pytest.CaptureFixture[str]) -> None:
+    """The measured curve(9) is an input; what the fit reads at M = 9 is fit(9), as the residuals name it, and no
+    figure --explain derives takes the name of an input."""
+    out = run_main(capsys, "--set", "moe_curve.fit=experts", "--explain").out
+    inputs, rest = out.split("\nExperts fit of the curve", 1)
+    read = {line.split(" = ")[0].strip() for line in inputs.splitlines() if line.startswith("  ") and " = " in line}
+    derived = {line.split(" = ")[0].strip() for line in rest.splitlines() if line.startswith("  ") and " = " in line}
+    assert {"curve(1)", "curve(9)", "curve(32)"} <= read and not read & derived
+    assert "  fit(9) = t0 + t_expert * distinct(9) = 0.311 + 0.125 * 66.28 = 8.61 ms" in rest
+    assert "  MoE(9) = fit(9) / bandwidth ratio = 8.610 / 4.444 = 1.94 ms" in rest
+    table = run_main(capsys, "--set", "moe_curve.fit=experts", "--all").out
+    assert re.search(r"MoE\(9\) +fit\(9\) / bandwidth ratio +1\.94 +13\.3% +experts fit", table)
 
 
 def test_experts_fit_needs_the_model(capsys: pytest.CaptureFixture[str], write_calibration) -> None:  # type: ignore[no-untyped-def]
