@@ -1407,9 +1407,9 @@ def read_document(path: str) -> tuple[object, str]:
         raise CalibrationError(
             "", "holds a number of more than 4,300 digits; expected numbers of sensible size"
         ) from None
-    if twice:
-        obj, key = twice[0]
-        where = next(format_path((*p, key)) for p, node in _objects(doc, ()) if node is obj)
+    if twice:  # the first object in the document as read: one inside a value a later key replaced is not
+        paths = {id(node): p for p, node in _objects(doc, ())}
+        where = next(format_path((*paths[id(obj)], key)) for obj, key in twice if id(obj) in paths)
         raise CalibrationError(where, "appears twice in its object; expected each key once (the later one would win)")
     return doc, hashlib.sha256(raw).hexdigest()[:12]
 

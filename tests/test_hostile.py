@@ -290,6 +290,18 @@ def test_a_key_given_twice(capsys: pytest.CaptureFixture[str], write_calibration
     text = DEFAULT_CALIBRATION.read_text().replace('"overhead_cut": 0.4,', '"overhead_cut": 0.4, "overhead_cut": 0.3,')
     run = run_main(capsys, "--calibration", str(write_calibration(text)))
     assert_clean_error(run, "native_engine.overhead_cut: appears twice in its object")
+    for twice, named in (
+        ('{"a": {"x": 1, "x": 2}, "a": 3}', "a: appears"),  # the object with "x" twice is gone from the document
+        ('{"a": [{"b": {"x": 1, "x": 2}, "b": 3}], "a": 4, "c": {"y": 1, "y": 2}}', "c.y: appears"),  # read first
+        ('{"a": [[{"x": 1}, {"x": 1, "x": 2}]]}', "a[0][1].x: appears"),
+        ('{"a": ' + "[" * 900 + '{"x": 1, "x": 2}' + "]" * 900 + ', "a": 1}', "a: appears"),
+    ):
+        assert_clean_error(run_main(capsys, "--calibration", str(write_calibration(twice))), named)
+    shadowed = DEFAULT_CALIBRATION.read_text().replace(
+        "{", '{"native_engine": {"overhead_cut": 0.3, "overhead_cut": 0.5},', 1
+    )
+    run = run_main(capsys, "--calibration", str(write_calibration(shadowed)))
+    assert_clean_error(run, ": native_engine: appears twice in its object")
 
 
 def _many_ranges(doc: dict[str, Any]) -> None:
