@@ -4036,10 +4036,12 @@ def parse_options(args: argparse.Namespace) -> Options:
             exc.file = f"{option} {text}"
             raise
     sweeps = tuple(parse_sweep(text) for text in args.sweep)
-    if len({s.path for s in sweeps}) < len(sweeps):
-        raise CalibrationError(
-            "", f"{format_path(sweeps[0].path)} is swept twice; expected each key once", file="--sweep"
-        )
+    for outer, inner in itertools.permutations((s.path for s in sweeps), 2):
+        if inner[: len(outer)] == outer:  # the outer value's points would set the inner one, whatever its column said
+            clash = "is swept twice; expected each key once" if inner == outer else (
+                f"lies inside {format_path(outer)}, which is swept too; expected keys apart (its values set this one)"
+            )  # fmt: skip
+            raise CalibrationError("", f"{format_path(inner)} {clash}", file="--sweep")
     return Options(
         calibration=args.calibration,
         overrides=tuple(parse_override(text) for text in args.set),

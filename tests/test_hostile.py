@@ -68,7 +68,13 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: lis
 
 def test_the_same_key_swept_twice(capsys: pytest.CaptureFixture[str]) -> None:
     run = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.1,0.2", "--sweep", "native_engine.overhead_cut=0.3")
-    assert_clean_error(run, "native_engine.overhead_cut is swept twice")
+    assert_clean_error(run, "native_engine.overhead_cut is swept twice; expected each key once")
+    inside = "--sweep: native_engine.overhead_cut lies inside native_engine, which is swept too; expected keys apart"
+    for sweeps in (["native_engine.overhead_cut=0.1,0.2", 'native_engine={"overhead_cut": 0.3}'],
+                   ['native_engine={"overhead_cut": 0.3}', "native_engine.overhead_cut=0.1,0.2"]):  # fmt: skip
+        assert_clean_error(run_main(capsys, "--sweep", sweeps[0], "--sweep", sweeps[1]), inside)
+    grid = ["--sweep", "moe_curve.points[1].ms=8,9", "--sweep", "moe_curve.points[1].m=9,10", "--format", "json"]
+    assert len(run_main(capsys, *grid).json()["sweep"]) == 4  # keys side by side make a grid
 
 
 def test_help_names_the_command_as_invoked() -> None:
