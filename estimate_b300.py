@@ -1515,10 +1515,9 @@ def _descend(node: object, segments: PathSegments, i: int) -> tuple[str | int, i
     A key may itself hold dots (the keys of `ranges` are key paths): the longest run of
     segments that names an existing key wins.
     """
-    if isinstance(node, dict):
+    if isinstance(node, dict) and isinstance(segments[i], str):
         for j in range(len(segments), i + 1, -1):
-            run = segments[i:j]
-            if all(isinstance(s, str) for s in run) and (joined := ".".join(map(str, run))) in node:
+            if (joined := format_path(segments[i:j])) in node:  # 'moe_curve.points[1].ms' is one key of ranges
                 return joined, j
     return segments[i], i + 1
 
@@ -1562,6 +1561,9 @@ def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> 
         doc = {}
     if not isinstance(doc, dict):
         raise CalibrationError(format_path(segments[:i]), f"is {_kind(doc)}, not an object with key {key!r}")
+    if key not in doc and after < len(segments) and isinstance(segments[after], int):  # no list to take [N] from
+        hint = _unknown(key, doc, "expected a key that holds a list", format_path(segments[:i]) + "." * bool(i))
+        raise CalibrationError(format_path(segments[:after]), f"unknown key ({hint})")
     return {**doc, key: set_path(doc.get(key), segments, value, after)}
 
 

@@ -77,6 +77,8 @@ def test_set_several_and_nested_index(capsys: pytest.CaptureFixture[str]) -> Non
         ("anchors.ar_tok_s.x=1", ["anchors.ar_tok_s: is a number, not an object"]),
         ("moe_curve.points[7].ms=1", ["moe_curve.points[7]: the list has 3 entries"]),
         ("moe_curve.points[x].ms=1", ["bad index"]),
+        ("nosuch[0]=1", ["nosuch: unknown key (expected a key that holds a list)"]),
+        ("moe_curve.pionts[1].ms=9", ["moe_curve.pionts: unknown key (did you mean moe_curve.points?)"]),
         ("novalue", ["--set novalue: expected KEY.PATH=VALUE"]),
         ("=3", ["--set =3: expected KEY.PATH=VALUE"]),
         (
@@ -95,6 +97,24 @@ def test_set_and_ranges_with_dotted_keys(capsys: pytest.CaptureFixture[str]) -> 
     run = run_main(capsys, "--set", "ranges.native_engine.overhead_cut.low=0.3", "--sensitivity", "--format", "json")
     row = next(r for r in run.json()["sensitivity"]["rows"] if r["path"] == "native_engine.overhead_cut")
     assert row["low"] == 0.3
+
+
+def test_a_range_on_a_curve_point_is_set_and_swept_by_its_key(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    """A key of `ranges` may hold an index too: 'moe_curve.points[1].ms' is one key, found whole."""
+    doc = default_doc()
+    doc["ranges"]["moe_curve.points[1].ms"] = {"relative": 0.1, "source": "x"}
+    path = str(write_calibration(doc))
+    run = run_main(capsys, "--calibration", path, "--set", "ranges.moe_curve.points[1].ms.relative=0.2",
+                   "--sensitivity", "--format", "json")  # fmt: skip
+    row = next(r for r in run.json()["sensitivity"]["rows"] if r["path"] == "moe_curve.points[1].ms")
+    assert (row["low"], row["high"]) == pytest.approx((8.85 * 0.8, 8.85 * 1.2), rel=1e-12)
+    run = run_main(capsys, "--calibration", path, "--sweep", "ranges.moe_curve.points[1].ms.relative=0.1,0.3",
+                   "--sensitivity", "--format", "json")  # fmt: skip
+    assert run.code == 0 and [p["values"] for p in run.json()["sweep"]] == [
+        {"ranges.moe_curve.points[1].ms.relative": 0.1}, {"ranges.moe_curve.points[1].ms.relative": 0.3}
+    ]  # fmt: skip
 
 
 # --- Sweeps --------------------------------------------------------------------------------
