@@ -678,7 +678,7 @@ def tree_shape(cal: Calibration, m: Measurement) -> tuple[int, int]:
     return m.block or tree.block, m.budget or tree.budget
 
 
-# --- The experts fit: curve(M) = t0 + t_expert * distinct(M), for curves read far past their points ---
+# --- The experts fit: curve(M) read as fit(M) = t0 + t_expert * distinct(M), far past the points too ---
 
 
 @functools.lru_cache(maxsize=2048)  # the experts fit reads it at every point of the curve, at every refit
