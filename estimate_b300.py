@@ -1852,14 +1852,16 @@ class SweepRow(NamedTuple):
 
     values: tuple[tuple[str, object], ...]
     names: tuple[tuple[str, str, str], ...]  # each scenario's drafter, pipeline and label
-    numbers: tuple[tuple[float, bool, float], ...]  # each scenario's step_ms, moe_extrapolated and tok_s
+    numbers: tuple[tuple[float, bool, float, str | None], ...]  # each scenario's step_ms, moe_extrapolated, tok_s
+    # and not_runnable_reason
 
 
 def sweep_row(point: SweepPoint, before: SweepRow | None = None) -> SweepRow:
     """The row of a point; its names are the row before's when they are equal, so held once."""
     names = tuple((r.drafter, r.pipeline, r.label) for r in point.scenarios)
     names = before.names if before and before.names == names else names
-    return SweepRow(point.values, names, tuple((r.step_ms, r.moe_extrapolated, r.tok_s) for r in point.scenarios))
+    numbers = tuple((r.step_ms, r.moe_extrapolated, r.tok_s, r.not_runnable_reason) for r in point.scenarios)
+    return SweepRow(point.values, names, numbers)
 
 
 class SweepPlan(NamedTuple):
@@ -1879,6 +1881,7 @@ class SweepPlan(NamedTuple):
     table: bool  # the output is a table: the check holds its rows, not the points
     warnings: tuple[str, ...] = ()  # over every point, each kind once with the number of points it holds at
     extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
+    cannot_run: tuple[tuple[str, int], ...] = ()  # for a table: why a pipeline cannot run a tree, at how many points
     held: tuple[bytes | None, ...] = ()  # what the output reads of each chunk; None past SWEEP_HELD
 
     def in_chunks(self, work: Callable[[Iterator[SweepPoint], int], T]) -> Iterator[T]:
@@ -1931,25 +1934,34 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
     plan = SweepPlan(tuple(sweeps), doc, cal, label, count, table)
     seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
     extrapolated: set[int] = set()
+    cannot: collections.Counter[str] = collections.Counter()  # in the order first met
     held: list[bytes | None] = []
     size = 0
     checks = [functools.partial(_check_chunk, plan, start) for start in range(0, count, SWEEP_CHUNK)]
-    for found, ms, packed in over_cpus(checks):
+    for found, ms, reasons, packed in over_cpus(checks):
         for kind, (n, at, first) in found.items():
             before, at, first = seen.get(kind, (0, at, first))
             seen[kind] = (before + n, at, first)
         extrapolated |= ms
+        cannot.update(reasons)
         size += len(packed)
         held.append(packed if size <= SWEEP_HELD else None)
     warnings = [f"at {n} of {count} sweep points (the first at {at}): {first}" for n, at, first in seen.values()]
-    return plan._replace(warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), held=tuple(held))
+    return plan._replace(
+        warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), cannot_run=tuple(cannot.items()),
+        held=tuple(held),
+    )  # fmt: skip
 
 
-def _check_chunk(plan: SweepPlan, start: int) -> tuple[dict[str, tuple[int, str, str]], set[int], bytes]:
+def _check_chunk(
+    plan: SweepPlan, start: int
+) -> tuple[dict[str, tuple[int, str, str]], set[int], collections.Counter[str], bytes]:
     """A chunk's warnings (kind -> how many, the first point's values, its message), the Ms it reads outside
-    the curve, and what the output reads of it, packed."""
+    the curve, at how many points each reason a pipeline cannot run a tree holds, and what the output reads of
+    it, packed."""
     seen: dict[str, tuple[int, str, str]] = {}
     extrapolated: set[int] = set()
+    cannot: collections.Counter[str] = collections.Counter()
     kept: list[Any] = []  # what the output reads of each point, made as it comes so that the point can go
     bare: dict[tuple[object, ...], tuple[object, ...]] = {}  # a scenario without its derivation, once if alike
     for cal, point in plan.estimated(start):
@@ -1957,11 +1969,12 @@ def _check_chunk(plan: SweepPlan, start: int) -> tuple[dict[str, tuple[int, str,
             n, at, first = seen.get(kind, (0, _point_text(point.values), message))
             seen[kind] = (n + 1, at, first)
         extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
-        if plan.table:
-            kept.append(sweep_row(point, kept[-1] if kept else None))
+        if plan.table:  # its notes say why a step is marked; JSON and CSV give each scenario's reason
+            kept.append(row := sweep_row(point, kept[-1] if kept else None))
+            cannot.update(dict.fromkeys((reason for *_, reason in row.numbers if reason), 1))
         else:
             kept.append((point.values, [bare.setdefault(s[:-1], s[:-1]) for s in point.scenarios]))
-    return seen, extrapolated, _packed(kept)
+    return seen, extrapolated, cannot, _packed(kept)
 
 
 def _packed(items: list[Any]) -> bytes:
@@ -3280,13 +3293,14 @@ def sweep_section(report: Report, style: Style) -> Section:
         return where[header]
 
     rows, names, places = [], None, []  # the places of each scenario's step and tok/s, for the row's names
+    footnote = {reason: i for i, (reason, _) in enumerate(report.sweep.cannot_run, 1)}  # as the notes number them
     for row in report.sweep.rows():
         if row.names is not names:  # held once for rows alike
             names = row.names
             places = [(place(f"{d}/{p} step ms", "s"), place(f"{label} tok/s", ".0f")) for d, p, label in names]
         cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(row.values)}
-        for (step_at, tok_s_at), (step_ms, extrapolated, tok_s) in zip(places, row.numbers, strict=True):
-            cells[step_at] = f"{step_ms:.2f}{_mark(extrapolated)}"
+        for (step_at, tok_s_at), (step_ms, extrapolated, tok_s, reason) in zip(places, row.numbers, strict=True):
+            cells[step_at] = f"{step_ms:.2f}{_mark(extrapolated)}" + (f" [{footnote[reason]}]" if reason else "")
             cells[tok_s_at] = tok_s
         rows.append([cells.get(i) for i in range(len(columns))])
     rows = [row + [None] * (len(columns) - len(row)) for row in rows]
@@ -3404,6 +3418,9 @@ def notes(report: Report, style: Style) -> list[str]:
     if report.sweep is None:
         found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
         found.append(f"x today: tok/s over today's {est.decomposition.today.value:g} tok/s, {_measured(cal)}.")
+    else:  # a step is marked [i] at each point where its pipeline cannot run the tree
+        size = report.sweep.size
+        found += [f"[{i}] at {n} of {size} points: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]
     if style.everything and report.sweep is None:
         found.append(
             "chain alpha: the per-token acceptance rate a single chain as deep as the block needs for that accept "

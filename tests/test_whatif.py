@@ -184,6 +184,27 @@ def test_a_sweep_warns_of_its_points_only(capsys: pytest.CaptureFixture[str]) ->
     assert "M = 101 lies outside the curve at some points." in run.out  # not the file's curve: it was swept
 
 
+def test_a_sweep_marks_the_steps_a_pipeline_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """As the drafters' tables say "cannot run [1]", a sweep's table marks the step of each point where the
+    pipeline cannot run the tree, and its notes say why and at how many points; a reason that differs, apart."""
+    sweep = ["--sweep", "sglang.max_budget=8,16,32", "--format", "markdown"]
+    lines = run_main(capsys, *sweep).out.splitlines()
+    rows = [line.split("|")[1:-1] for line in lines if line.startswith("| ") and line[2].isdigit()]
+    header = next(line for line in lines if "stronger/sglang step ms" in line).split("|")[1:-1]
+    at = next(i for i, cell in enumerate(header) if "stronger/sglang step ms" in cell)
+    assert [row[at].strip() for row in rows] == ["20.88\\* \\[1\\]", "20.88\\* \\[2\\]", "20.88\\*"]
+    assert all("[" not in cell for row in rows for i, cell in enumerate(row) if i != at)  # current/sglang runs
+    notes = [line for line in lines if line.startswith("- \\[")]
+    assert notes == [
+        "- \\[1\\] at 1 of 3 points: SGLang cannot verify a budget above 8: measured: its verify CUDA graphs fail "
+        "above budget 8 on sm\\_103 (B300).",
+        "- \\[2\\] at 1 of 3 points: SGLang cannot verify a budget above 16: measured: its verify CUDA graphs fail "
+        "above budget 8 on sm\\_103 (B300).",
+    ]  # fmt: skip
+    runs = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2,0.4", "--set", "sglang.max_budget=32").out
+    assert "[1]" not in runs and "cannot" not in runs
+
+
 def test_a_swept_text_is_taken_as_set_takes_it(capsys: pytest.CaptureFixture[str]) -> None:
     esc = '"' + "B\\u001b" * 100 + '"'  # 200 characters, 500 once escaped: within the limit as written
     for option in ("--set", "--sweep"):
@@ -255,7 +276,7 @@ def test_a_sweep_table_shows_what_json_gives(capsys: pytest.CaptureFixture[str])
         assert {name for name, cell in cells.items() if cell and "tok/s" in name} == tok_s.keys()
         for name, s in tok_s.items():
             assert cells[name] == f"{s['tok_s']:.0f}"
-            mark = "*" if s["moe_extrapolated"] else ""
+            mark = ("*" if s["moe_extrapolated"] else "") + ("" if s["runnable"] else " [1]")  # one reason: [1]
             assert cells[f"{s['drafter']}/{s['pipeline']} step ms"] == f"{s['step_ms']:.2f}{mark}"
 
 
