@@ -3043,6 +3043,9 @@ def _header_line(report: Report) -> str:
 
 
 def _title(report: Report) -> str:
+    name = ("hardware", "target", "name")  # a sweep of it, or of an object that holds it, varies the target
+    if report.sweep and any(name[: len(s.path)] == s.path for s in report.sweep.sweeps):
+        return "Kimi K2.x + DDTree at concurrency 1 on each target GPU swept"
     return f"Kimi K2.x + DDTree at concurrency 1 on {report.estimate.calibration.hardware.target.name}"
 
 

@@ -205,6 +205,17 @@ def test_a_sweep_marks_the_steps_a_pipeline_cannot_run(capsys: pytest.CaptureFix
     assert "[1]" not in runs and "cannot" not in runs
 
 
+def test_a_sweep_of_the_target_does_not_title_one_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    title = "Kimi K2.x + DDTree at concurrency 1 on each target GPU swept"
+    for sweep in ("hardware.target.name=H200,B300", 'hardware.target={"name": "H200", "mem_bandwidth_tb_s": 4.8}'):
+        assert run_main(capsys, "--sweep", sweep).out.splitlines()[1] == title
+        assert f"## {title}" in run_main(capsys, "--sweep", sweep, "--format", "markdown").out
+    cut = run_main(
+        capsys, "--sweep", "native_engine.overhead_cut=0.3", "--sweep", "hardware.target.mem_bandwidth_tb_s=7"
+    )
+    assert cut.out.splitlines()[1] == "Kimi K2.x + DDTree at concurrency 1 on B300"
+
+
 def test_a_swept_text_is_taken_as_set_takes_it(capsys: pytest.CaptureFixture[str]) -> None:
     esc = '"' + "B\\u001b" * 100 + '"'  # 200 characters, 500 once escaped: within the limit as written
     for option in ("--set", "--sweep"):
