@@ -3198,9 +3198,12 @@ def chain_alpha_section(report: Report, style: Style) -> Section:
 
 def break_even_section(report: Report, style: Style) -> Section:
     versus = {"current": "current drafter", "autoregressive": "autoregressive"}
-    rows = report.estimate.break_even
+    rows, scenarios = report.estimate.break_even, report.estimate.scenarios
+    reasons = _reasons(scenarios)  # a pipeline that cannot run the stronger tree: marked as its table marks it
+    cannot = {r.pipeline: f" (cannot run [{reasons.index(r.not_runnable_reason) + 1}])" for r in scenarios
+              if r.drafter == "stronger" and r.not_runnable_reason}  # fmt: skip
     columns = [
-        Column("pipeline", lambda b: PIPELINE_LABELS[b.pipeline]),
+        Column("pipeline", lambda b: PIPELINE_LABELS[b.pipeline] + cannot.get(b.pipeline, "")),
         Column("versus", lambda b: versus[b.versus]),
         Column("tok/s to match", lambda b: b.tok_s_to_match, ".1f"),
         Column("accept needed", lambda b: b.accept, ".2f"),

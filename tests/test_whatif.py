@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -556,6 +557,15 @@ def test_break_even_out_of_reach(capsys: pytest.CaptureFixture[str]) -> None:
     table = run_main(capsys, "--set", "stronger_drafter.spec_scale=60", "--all").out
     assert "accept needed  out of reach" in table  # the reason in a column of its own, the accept left empty
     assert "it would need accept 99.7, above the tree's limit block+1 = 17" in flat(table)
+
+
+def test_break_even_marks_a_pipeline_that_cannot_run_the_stronger_tree(capsys: pytest.CaptureFixture[str]) -> None:
+    table = run_main(capsys, "--all").out
+    sglang = [line for line in table.splitlines() if line.startswith("SGLang (cannot run [1])  ")]
+    assert len(sglang) == 2 and "[1] SGLang cannot verify a budget above 8" in table
+    assert not any(line.startswith("native engine (") for line in table.splitlines())
+    runs = run_main(capsys, "--all", "--set", "sglang.max_budget=32").out
+    assert "cannot run" not in runs and len(re.findall(r"^SGLang +(current drafter|autoregressive) ", runs, re.M)) == 2
 
 
 def test_break_even_names_budget_when_it_binds(capsys: pytest.CaptureFixture[str]) -> None:
