@@ -3200,7 +3200,7 @@ def break_even_section(report: Report, style: Style) -> Section:
     versus = {"current": "current drafter", "autoregressive": "autoregressive"}
     rows, scenarios = report.estimate.break_even, report.estimate.scenarios
     reasons = _reasons(scenarios)  # a pipeline that cannot run the stronger tree: marked as its table marks it
-    cannot = {r.pipeline: f" (cannot run [{reasons.index(r.not_runnable_reason) + 1}])" for r in scenarios
+    cannot = {r.pipeline: f" [{reasons.index(r.not_runnable_reason) + 1}]" for r in scenarios
               if r.drafter == "stronger" and r.not_runnable_reason}  # fmt: skip
     columns = [
         Column("pipeline", lambda b: PIPELINE_LABELS[b.pipeline] + cannot.get(b.pipeline, "")),
