@@ -21,9 +21,9 @@ which --explain prints line by line:
 The numbers come from calibration.json, each with its source; the code holds formulas only.
 
 The file reads top to bottom: the calibration's records; the model; loading and
-validating the calibration; key paths; the analyses (overrides, work spread over the
-CPUs, sweeps, sensitivity, the fit and solving, warnings); one run's report; rendering;
-the command line.
+validating the calibration, with key paths; the analyses (overrides, work spread over
+the CPUs, sweeps, sensitivity, the fit and solving, warnings); one run's report;
+rendering; the command line.
 """
 
 import argparse
@@ -269,7 +269,8 @@ class Calibration(NamedTuple):
 #
 # Every number is a Figure that carries its derivation: derive(name, formula, unit, *inputs) runs
 # the formula's own text, so what --explain, the tables and JSON show is what ran. The experts fit,
-# the physical cross-check and how a formula's text runs follow the main line, in that order.
+# the physical cross-check, the whole estimate and how a formula's text runs follow the main line,
+# in that order.
 
 
 class Figure(NamedTuple):
@@ -540,9 +541,6 @@ class Scenario(NamedTuple):
         return f"{self.drafter}/{self.pipeline}@{self.accept:g}"
 
 
-SCENARIO_FIELDS = Scenario._fields[:-1]  # what JSON and CSV print of a scenario: all but its derivation
-
-
 def scenario(
     dec: Decomposition, drafter: Drafter, pipeline: str, accept: Figure, part: Step, limit: str | None
 ) -> Scenario:
@@ -558,11 +556,13 @@ def scenario(
     ceiling = derive("ceiling", "1000 * accept / MoE floor", "tok/s", accept, moe.floor) if moe.floor else None
     if ceiling:
         figures += [ceiling, derive("of ceiling", "tok/s / ceiling", "%", tok_s, ceiling)]
-    return Scenario(  # the fields in their order; by keyword, a sweep point's model took 1.08x as long
-        drafter.name, pipeline, drafter.block, drafter.budget, moe.m, accept.value, alpha.value,
-        moe.time.value, part.attn_base.value, part.spec.value, step_.value, tok_s.value, moe.extrapolated,
-        drafter.name == "current" and pipeline == "sglang", moe.floor.value if moe.floor else None,
-        ceiling.value if ceiling else None, x_today.value, limit is None, limit, {f.name: f for f in figures},
+    return Scenario(
+        drafter=drafter.name, pipeline=pipeline, block=drafter.block, budget=drafter.budget, m=moe.m,
+        accept=accept.value, chain_alpha=alpha.value, moe_ms=moe.time.value, attn_base_ms=part.attn_base.value,
+        spec_ms=part.spec.value, step_ms=step_.value, tok_s=tok_s.value, moe_extrapolated=moe.extrapolated,
+        measured=drafter.name == "current" and pipeline == "sglang",
+        moe_floor_ms=moe.floor.value if moe.floor else None, tok_s_ceiling=ceiling.value if ceiling else None,
+        vs_today=x_today.value, runnable=limit is None, not_runnable_reason=limit, figures={f.name: f for f in figures},
     )  # fmt: skip
 
 
@@ -806,13 +806,8 @@ def _roofline_point(hardware: Hardware, model: ModelGeometry, tp: int, p: CurveP
     read = moe_gb_per_gpu(model, tp, p.m)
     peak = derive(f"peak read({p.m})", f"{read.name} / reference bandwidth", "ms", read, _bandwidths(hardware)[1])
     efficiency = derive(f"efficiency({p.m})", f"peak read({p.m}) / curve({p.m})", "%", peak, point_figure(p))
-    distinct, figures = read.inputs[1].value, tuple(derivation(efficiency))
+    distinct, figures = distinct_experts(model, p.m).value, tuple(derivation(efficiency))
     return RooflinePoint(p.m, p.ms, p.basis, distinct, read.value * 1e9, peak.value, efficiency.value, figures)
-
-
-def roofline_figure(roof: tuple[RooflinePoint, ...], name: str) -> Figure:
-    """A figure that every curve point's read shares ("MoE layers", "expert MB"), from the first one's derivation."""
-    return next(f for f in roof[0].figures if f.name == name)
 
 
 # --- The whole estimate ---
@@ -1565,7 +1560,7 @@ def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> 
     return {**doc, key: set_path(doc.get(key), segments, value, after)}
 
 
-# === The analyses: overrides, work spread over the CPUs, sweeps, sensitivity, solving, warnings ===
+# === The analyses: overrides, work spread over the CPUs, sweeps, sensitivity, the fit and solving, warnings ===
 
 Change = tuple[PathSegments, object]  # a key path and the value it takes
 
@@ -3216,6 +3211,11 @@ def break_even_section(report: Report, style: Style) -> Section:
     return Section("Break-even accept", title, table(rows, columns, style))
 
 
+def roofline_figure(roof: tuple[RooflinePoint, ...], name: str) -> Figure:
+    """A figure that every curve point's read shares ("MoE layers", "expert MB"), from the first one's derivation."""
+    return next(f for f in roof[0].figures if f.name == name)
+
+
 def physical_sections(report: Report, style: Style) -> list[Section]:
     est = report.estimate
     cal, model, roof = est.calibration, est.calibration.model, est.roofline
@@ -3690,6 +3690,9 @@ def report_json(report: Report) -> dict[str, object]:
             "band": {"tok_s_min": sens.tok_s_min, "tok_s_max": sens.tok_s_max, "combinations": sens.combinations},
         }
     return document
+
+
+SCENARIO_FIELDS = Scenario._fields[:-1]  # what JSON and CSV print of a scenario: all but its derivation
 
 
 def _scenario_json(row: Scenario) -> dict[str, object]:
