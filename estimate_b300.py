@@ -268,9 +268,10 @@ class Calibration(NamedTuple):
 # on SGLang and 1 - overhead_cut on the native engine; both scales are 1 for the current drafter.
 #
 # Every number is a Figure that carries its derivation: derive(name, formula, unit, *inputs) runs
-# the formula's own text, so what --explain, the tables and JSON show is what ran. The experts fit,
-# the physical cross-check, the whole estimate and how a formula's text runs follow the main line,
-# in that order.
+# the formula's own text, so what --explain, the tables and JSON show is what ran. Two figures are
+# solved, not derived, and their text says how: chain alpha (a bisection) and the experts line
+# (a least squares). The experts fit, the physical cross-check, the whole estimate and how a
+# formula's text runs follow the main line, in that order.
 
 
 class Figure(NamedTuple):
@@ -405,13 +406,13 @@ def decompose(cal: Calibration) -> Decomposition:
 def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, anchors: Anchors) -> Decomposition:
     dd = anchors.ddtree
     ratio = bandwidth_ratio(hardware)
-    ar_tok_s = given("ar_tok_s", anchors.ar_tok_s, "tok/s", "anchors.ar_tok_s")
+    ar_measured = given("ar_tok_s", anchors.ar_tok_s, "tok/s", "anchors.ar_tok_s")
     accept = given("accept", dd.accept, "tokens", "anchors.ddtree.accept")
     tok_s = given("tok_s", dd.tok_s, "tok/s", "anchors.ddtree.tok_s")
     moe_ar, moe_dd = _moe_time(hardware, model, curve, 1), _moe_time(hardware, model, curve, dd.budget + 1)
     moe_1, moe_m = moe_ar.time, moe_dd.time
 
-    ar_step = derive("AR step", "1000 / ar_tok_s", "ms", ar_tok_s)
+    ar_step = derive("AR step", "1000 / ar_tok_s", "ms", ar_measured)
     attn_base = derive("ATTN_BASE", "AR step - MoE(1)", "ms", ar_step, moe_1)
     ddtree_step = derive("DDTree step", "1000 * accept / tok_s", "ms", accept, tok_s)
     spec = derive("SPEC", f"DDTree step - {moe_m.name} - ATTN_BASE", "ms", ddtree_step, moe_m, attn_base)
@@ -826,8 +827,8 @@ def estimate(cal: Calibration) -> Estimate:
     """The decomposition, every scenario, the break-even accept lengths and the physical cross-check."""
     dec = decompose(cal)
     rows = scenarios(cal)
-    fit = fit_experts(cal.moe_curve.points, cal.model) if cal.moe_curve.fit == "experts" and cal.model else None
-    return Estimate(cal, dec, rows, break_even(cal, dec, rows), roofline(cal), fit)
+    experts = fit_experts(cal.moe_curve.points, cal.model) if cal.moe_curve.fit == "experts" and cal.model else None
+    return Estimate(cal, dec, rows, break_even(cal, dec, rows), roofline(cal), experts)
 
 
 # --- How a formula runs: its text, compiled once, and the figures a figure rests on ---
