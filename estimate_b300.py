@@ -1384,9 +1384,9 @@ def read_document(path: str) -> tuple[object, str]:
 
     def object_of(pairs: list[tuple[str, object]]) -> dict[str, object]:
         obj = dict(pairs)
-        if len(obj) < len(pairs):
-            keys = [key for key, _ in pairs]
-            twice.append((obj, next(key for key in keys if keys.count(key) > 1)))
+        if len(obj) < len(pairs):  # counted in one pass: an object may have 300,000 keys
+            counts = collections.Counter(key for key, _ in pairs)
+            twice.append((obj, next(key for key, n in counts.items() if n > 1)))
         return obj
 
     try:
@@ -1556,7 +1556,10 @@ def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> 
     if not isinstance(doc, dict):
         raise CalibrationError(format_path(segments[:i]), f"is {_kind(doc)}, not an object with key {key!r}")
     if key not in doc and after < len(segments) and isinstance(segments[after], int):  # no list to take [N] from
-        hint = _unknown(key, doc, "expected a key that holds a list", format_path(segments[:i]) + "." * bool(i))
+        lists = [k for k, v in doc.items() if isinstance(v, list)][:64]  # the nearest of them, if few: a hint
+        expected = "a new range goes in with --set 'ranges={...}'" if segments[0] == "ranges" else (
+            "expected a key that holds a list")  # fmt: skip
+        hint = _unknown(key, lists, expected, format_path(segments[:i]) + "." * bool(i))
         raise CalibrationError(format_path(segments[:after]), f"unknown key ({hint})")
     return {**doc, key: set_path(doc.get(key), segments, value, after)}
 
@@ -3130,7 +3133,7 @@ def calibration_section(report: Report, style: Style) -> Section:
         fit = est.experts_fit
         residuals = ", ".join(f"M={m}: {r:+.3f}" for m, r in fit.residuals_ms)
         body += "\n\n" + style.wrap(
-            f"MoE(M) is read from the experts fit curve(M) = {fit.t0.value:.4g} + {fit.t_expert.value:.4g} x "
+            f"MoE(M) is read from the experts fit fit(M) = {fit.t0.value:.4g} + {fit.t_expert.value:.4g} x "
             f"distinct(M) ms, least squares over the curve (residuals in ms: {residuals})."
         )
     return Section("Calibration", title, body)
@@ -3423,11 +3426,14 @@ def notes(report: Report, style: Style) -> list[str]:
             + ("read along its nearest end segment." if cal.moe_curve.fit == "linear" else "read from the experts fit.")
         )
     if report.sweep is None:
-        found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
+        found += [f"[{i}] {reason.rstrip('.')}." for i, reason in enumerate(_reasons(rows), 1)]
         found.append(f"x today: tok/s over today's {est.decomposition.today.value:g} tok/s, {_measured(cal)}.")
     else:  # a step is marked [i] at each point where its pipeline cannot run the tree
         size = report.sweep.size
-        found += [f"[{i}] at {n} of {size} points: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]
+        found += [
+            f"[{i}] at {n} of {size} points: {why.rstrip('.')}."
+            for i, (why, n) in enumerate(report.sweep.cannot_run, 1)
+        ]
     if style.everything and report.sweep is None:
         found.append(
             "chain alpha: the per-token acceptance rate a single chain as deep as the block needs for that accept "
@@ -3568,7 +3574,8 @@ def _changed_source(report: Report, path: str, source: str) -> str:
         )
     except CalibrationError:  # the file did not have it
         said = ""
-    return f"set by {option}{said}" + (f" ({source})" if source else "")
+    how = "swept" if option.startswith("--sweep") else "set"  # a sweep's value shown is the one under it
+    return f"{how} by {option}{said}" + (f" ({source})" if source else "")
 
 
 def _assumption_list(report: Report) -> str:
@@ -4063,6 +4070,13 @@ def parse_options(args: argparse.Namespace) -> Options:
             exc.file = f"{option} {text}"
             raise
     sweeps = tuple(parse_sweep(text) for text in args.sweep)
+    overrides = tuple(parse_override(text) for text in args.set)
+    for o, s in itertools.product(overrides, sweeps):
+        if o.path[: len(s.path)] == s.path:  # the sweep sets it at every point: the --set would show, unused
+            clash = "is swept too" if o.path == s.path else f"lies inside {format_path(s.path)}, which is swept"
+            raise CalibrationError(
+                "", f"{format_path(o.path)} {clash}; expected a key either set or swept", file=f"--set {o.text}"
+            )
     for outer, inner in itertools.permutations((s.path for s in sweeps), 2):
         if inner[: len(outer)] == outer:  # the outer value's points would set the inner one, whatever its column said
             clash = "is swept twice; expected each key once" if inner == outer else (
@@ -4071,7 +4085,7 @@ def parse_options(args: argparse.Namespace) -> Options:
             raise CalibrationError("", f"{format_path(inner)} {clash}", file="--sweep")
     return Options(
         calibration=args.calibration,
-        overrides=tuple(parse_override(text) for text in args.set),
+        overrides=overrides,
         sweeps=sweeps,
         sensitivity=ScenarioSpec.parse("--scenario", args.scenario or "stronger/native") if args.sensitivity else None,
         solve=args.solve,

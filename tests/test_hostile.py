@@ -69,6 +69,12 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: lis
 def test_the_same_key_swept_twice(capsys: pytest.CaptureFixture[str]) -> None:
     run = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.1,0.2", "--sweep", "native_engine.overhead_cut=0.3")
     assert_clean_error(run, "native_engine.overhead_cut is swept twice; expected each key once")
+    for sweep, clash in (('native_engine={"overhead_cut": 0.5}', "lies inside native_engine, which is swept"),
+                         ("native_engine.overhead_cut=0.5,0.6", "is swept too")):  # fmt: skip
+        run = run_main(capsys, "--set", "native_engine.overhead_cut=0.3", "--sweep", sweep)
+        assert_clean_error(run, f"--set native_engine.overhead_cut=0.3: native_engine.overhead_cut {clash}; expected")
+    outer = ["--set", 'native_engine={"overhead_cut": 0.3}', "--sweep", "native_engine.overhead_cut=0.5,0.6"]
+    assert run_main(capsys, *outer).code == 0  # the sweep varies a value inside what --set gave
     inside = "--sweep: native_engine.overhead_cut lies inside native_engine, which is swept too; expected keys apart"
     for sweeps in (["native_engine.overhead_cut=0.1,0.2", 'native_engine={"overhead_cut": 0.3}'],
                    ['native_engine={"overhead_cut": 0.3}', "native_engine.overhead_cut=0.1,0.2"]):  # fmt: skip
@@ -308,6 +314,10 @@ def test_a_key_given_twice(capsys: pytest.CaptureFixture[str], write_calibration
     )
     run = run_main(capsys, "--calibration", str(write_calibration(shadowed)))
     assert_clean_error(run, ": native_engine: appears twice in its object")
+    wide = "{" + ",".join(f'"k{i}": 0' for i in range(50_000)) + ', "k49999": 1}'  # the key met again is the last
+    start = time.perf_counter()
+    assert_clean_error(run_main(capsys, "--calibration", str(write_calibration(wide))), "k49999: appears twice")
+    assert time.perf_counter() - start < 2  # the check is one pass, not a count of each key again
 
 
 def _many_ranges(doc: dict[str, Any]) -> None:

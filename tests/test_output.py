@@ -140,6 +140,11 @@ def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFix
     sens = run_main(capsys, "--set", "ranges.anchors.ar_tok_s.relative=0.05", "--sensitivity").out
     row = next(line for line in sens.splitlines() if line.startswith("anchors.ar_tok_s "))
     assert "set by --set ranges.anchors.ar_tok_s.relative=0.05; the file said relative 0.03 (measured value" in row
+    swept = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.1,0.2", "--format", "markdown").out
+    line = next(line for line in swept.splitlines() if line.startswith("  - `overhead_cut`"))
+    assert line.startswith(  # the value under the sweep, which no point used
+        "  - `overhead_cut` = 0.4: swept by --sweep native\\_engine.overhead\\_cut=0.1,0.2; the file said 0.4 ("
+    )
 
 
 # --- CSV -----------------------------------------------------------------------------------

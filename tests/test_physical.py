@@ -226,6 +226,7 @@ def test_the_experts_fit_reading_is_not_named_as_a_measured_point(capsys: pytest
     assert "  MoE(9) = fit(9) / bandwidth ratio = 8.610 / 4.444 = 1.94 ms" in rest
     table = run_main(capsys, "--set", "moe_curve.fit=experts", "--all").out
     assert re.search(r"MoE\(9\) +fit\(9\) / bandwidth ratio +1\.94 +13\.3% +experts fit", table)
+    assert "MoE(M) is read from the experts fit fit(M) = 0.311 + 0.1252 x distinct(M) ms" in flat(table)
 
 
 def test_experts_fit_needs_the_model(capsys: pytest.CaptureFixture[str], write_calibration) -> None:  # type: ignore[no-untyped-def]

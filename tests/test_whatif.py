@@ -80,6 +80,8 @@ def test_set_several_and_nested_index(capsys: pytest.CaptureFixture[str]) -> Non
         ("moe_curve.points[x].ms=1", ["bad index"]),
         ("nosuch[0]=1", ["nosuch: unknown key (expected a key that holds a list)"]),
         ("moe_curve.pionts[1].ms=9", ["moe_curve.pionts: unknown key (did you mean moe_curve.points?)"]),
+        ("anchors.ddtree.sourc[0]=1", ["anchors.ddtree.sourc: unknown key (expected a key that holds a list)"]),
+        ('ranges.moe_curve.points[1].ms={"relative": 0.1, "source": "s"}', ["a new range goes in with --set 'ranges="]),
         ("novalue", ["--set novalue: expected KEY.PATH=VALUE"]),
         ("=3", ["--set =3: expected KEY.PATH=VALUE"]),
         (
@@ -175,9 +177,13 @@ def test_two_sweeps_make_a_grid(capsys: pytest.CaptureFixture[str]) -> None:
     ]
 
 
-def test_a_sweep_warns_of_its_points_only(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_sweep_warns_of_its_points_only(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
     """The calibration under a sweep is never printed: its own warnings would describe no row."""
-    run = run_main(capsys, "--set", "hardware.target.name=H200", "--sweep", "hardware.target.name=B300,B300")
+    doc = default_doc()
+    doc["hardware"]["target"]["name"] = "H200"  # in the file: a --set of a swept key is refused
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--sweep", "hardware.target.name=B300,B300")
     assert run.code == 0 and run.err == ""
     run = run_main(capsys, "--set", "hardware.target.name=H200", "--sweep", "native_engine.overhead_cut=0.1,0.2")
     assert run.code == 0 and run.err.count("\n") == 1 and "at 2 of 2 sweep points" in run.err
@@ -202,6 +208,10 @@ def test_a_sweep_marks_the_steps_a_pipeline_cannot_run(capsys: pytest.CaptureFix
         "- \\[2\\] at 1 of 3 points: SGLang cannot verify a budget above 16: measured: its verify CUDA graphs fail "
         "above budget 8 on sm\\_103 (B300).",
     ]  # fmt: skip
+    dotted = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2", "--set", "sglang.max_budget_source=fails.")
+    single = run_main(capsys, "--set", "sglang.max_budget_source=fails.").out  # a reason's own full stop, once
+    assert "[1] at 1 of 1 points: SGLang cannot verify a budget above 8: fails.\n" in dotted.out
+    assert "[1] SGLang cannot verify a budget above 8: fails.\n" in single
     runs = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2,0.4", "--set", "sglang.max_budget=32").out
     assert "[1]" not in runs and "cannot" not in runs
 
