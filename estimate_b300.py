@@ -4182,6 +4182,11 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, OSError) as exc:  # at any stage: a limit such as ulimit -v, or a run too large
         if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:  # ENOMEM: an import, a fork, a file's map
             raise
+        hook, sys.unraisablehook = sys.unraisablehook, lambda _: None
+        try:  # what the error left half done (a table's rows being read) is freed here, and may fail again quietly
+            exc.__traceback__ = None
+        finally:
+            sys.unraisablehook = hook
         say("estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run")
         return 1
     except KeyboardInterrupt:  # Ctrl-C: what was printed stays, the workers are gone, and no traceback

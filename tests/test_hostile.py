@@ -859,6 +859,32 @@ def test_out_of_memory_is_one_line(
     assert run == Run(1, "", f"{OUT_OF_MEMORY}\n")
 
 
+def test_out_of_memory_says_one_line_when_what_it_left_half_done_fails_again() -> None:
+    """A table's rows are read from a generator; memory that runs out mid-way leaves it open, and closing it may
+    run out again, which Python reports as an 'Exception ignored' of several lines. In a process of its own:
+    pytest takes such reports for itself."""
+    program = """if True:
+        import sys
+        import estimate_b300 as eb
+
+        def exhausted(*args):
+            def rows():
+                try:
+                    yield 1
+                finally:
+                    raise MemoryError  # as its close finds no memory either
+
+            reading = rows()
+            next(reading)
+            raise MemoryError
+
+        eb.build_report = exhausted
+        raise SystemExit(eb.main(["--format", "json"]))
+    """
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert Run(proc.returncode, proc.stdout, proc.stderr) == Run(1, "", f"{OUT_OF_MEMORY}\n")
+
+
 def test_out_of_memory_under_a_limit_is_one_line(tmp_path: Path) -> None:
     """A table of 45,001 rows needs some 200 MB; the interpreter and the check need about 40 MB, workers too."""
     tool = on_two_cpus(tmp_path)
