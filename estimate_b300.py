@@ -1851,8 +1851,8 @@ class SweepRow(NamedTuple):
 
     values: tuple[tuple[str, object], ...]
     names: tuple[tuple[str, str, str], ...]  # each scenario's drafter, pipeline and label
-    numbers: tuple[tuple[float, bool, float, str | None], ...]  # each scenario's step_ms, moe_extrapolated, tok_s
-    # and not_runnable_reason
+    # each scenario's step_ms, moe_extrapolated, tok_s and not_runnable_reason
+    numbers: tuple[tuple[float, bool, float, str | None], ...]
 
 
 def sweep_row(point: SweepPoint, before: SweepRow | None = None) -> SweepRow:
@@ -1956,8 +1956,8 @@ def _check_chunk(
     plan: SweepPlan, start: int
 ) -> tuple[dict[str, tuple[int, str, str]], set[int], collections.Counter[str], bytes]:
     """A chunk's warnings (kind -> how many, the first point's values, its message), the Ms it reads outside
-    the curve, at how many points each reason a pipeline cannot run a tree holds, and what the output reads of
-    it, packed."""
+    the curve, for a table at how many points each reason a pipeline cannot run a tree holds, and what the
+    output reads of it, packed."""
     seen: dict[str, tuple[int, str, str]] = {}
     extrapolated: set[int] = set()
     cannot: collections.Counter[str] = collections.Counter()
