@@ -41,7 +41,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Generator, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, Literal, NamedTuple, NoReturn, Protocol, TypeVar, get_args
 
 __version__ = "1.0.0"
@@ -1380,13 +1380,17 @@ def read_document(path: str) -> tuple[object, str]:
         raise CalibrationError("", f"byte {exc.start} is not UTF-8; expected a UTF-8 JSON file") from None
     if not text.strip():
         raise CalibrationError("", "is empty; expected a JSON object")
-    twice: list[tuple[dict[str, object], str]] = []  # (the object, its key that came twice)
+    twice: list[tuple[dict[str, object], str]] = []  # (an object with a key twice, the first key met again)
 
     def object_of(pairs: list[tuple[str, object]]) -> dict[str, object]:
         obj = dict(pairs)
-        if len(obj) < len(pairs):  # counted in one pass: an object may have 300,000 keys
-            counts = collections.Counter(key for key, _ in pairs)
-            twice.append((obj, next(key for key, n in counts.items() if n > 1)))
+        if len(obj) < len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    twice.append((obj, key))
+                    break
+                seen.add(key)
         return obj
 
     try:
@@ -1401,9 +1405,10 @@ def read_document(path: str) -> tuple[object, str]:
         raise CalibrationError(
             "", "holds a number of more than 4,300 digits; expected numbers of sensible size"
         ) from None
-    if twice:  # the first object in the document as read: one inside a value a later key replaced is not
-        paths = {id(node): p for p, node in _objects(doc, ())}
-        where = next(format_path((*paths[id(obj)], key)) for obj, key in twice if id(obj) in paths)
+    if twice:  # one inside a value that a later copy of its key replaced is not in the document: not that one
+        key_of = {id(obj): key for obj, key in twice}
+        segments, obj = _first_object(doc, key_of)
+        where = format_path((*segments, key_of[id(obj)]))
         raise CalibrationError(where, "appears twice in its object; expected each key once (the later one would win)")
     return doc, hashlib.sha256(raw).hexdigest()[:12]
 
@@ -1436,13 +1441,29 @@ def _read_bounded(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _objects(node: object, path: PathSegments) -> Iterator[tuple[PathSegments, object]]:
-    """Every object and list in a document, with its key path."""
-    yield path, node
-    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, child in children:
-        if isinstance(child, dict | list):
-            yield from _objects(child, (*path, key))
+def _first_object(doc: object, wanted: Container[int]) -> tuple[PathSegments, object]:
+    """The key path of the first object in the document whose id is wanted, and the object: inner ones first,
+    as they were read. Depth first without recursion, stopping there: a file may nest 900 deep."""
+    path: list[str | int] = []
+    stack: list[tuple[object, Iterator[tuple[str | int, object]]]] = [(doc, _children(doc))]
+    while stack:
+        node, children = stack[-1]
+        for key, child in children:
+            if isinstance(child, dict | list):
+                path.append(key)
+                stack.append((child, _children(child)))
+                break
+        else:
+            stack.pop()
+            if id(node) in wanted:
+                return tuple(path), node
+            if path:
+                path.pop()
+    raise ValueError("no wanted object in the document")  # the outermost object with a key twice is in it
+
+
+def _children(node: object) -> Iterator[tuple[str | int, object]]:
+    return iter(node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ())
 
 
 def default_calibration_path() -> str:

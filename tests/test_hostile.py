@@ -318,6 +318,12 @@ def test_a_key_given_twice(capsys: pytest.CaptureFixture[str], write_calibration
     start = time.perf_counter()
     assert_clean_error(run_main(capsys, "--calibration", str(write_calibration(wide))), "k49999: appears twice")
     assert time.perf_counter() - start < 2  # the check is one pass, not a count of each key again
+    deep = '{"a": ' + "[" * 900 + "[]," * 100_000 + '{"x": 1, "x": 2}' + "]" * 900 + "}"  # 100,000 lists, 900 deep
+    many = '{"a": [' + ",".join(['{"b": 1, "b": 2}'] * 200_000) + "]}"  # 200,000 objects with a key twice
+    for text, named in ((deep, "a" + "[0]" * 899 + "[100000].x: appears"), (many, "a[0].b: appears")):
+        start = time.perf_counter()
+        assert_clean_error(run_main(capsys, "--calibration", str(write_calibration(text))), named)
+        assert time.perf_counter() - start < 2  # a key path is made for the one object the error names
 
 
 def _many_ranges(doc: dict[str, Any]) -> None:
