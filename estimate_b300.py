@@ -1578,8 +1578,8 @@ def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> 
         raise CalibrationError(format_path(segments[:i]), f"is {_kind(doc)}, not an object with key {key!r}")
     if key not in doc and after < len(segments) and isinstance(segments[after], int):  # no list to take [N] from
         lists = [k for k, v in doc.items() if isinstance(v, list)][:64]  # the nearest of them, if few: a hint
-        expected = "a new range goes in with --set 'ranges={...}'" if segments[0] == "ranges" else (
-            "expected a key that holds a list")  # fmt: skip
+        new_range = segments[0] == "ranges" and (i == 1 or not doc)  # not in a range that is there
+        expected = "a new range goes in with --set 'ranges={...}'" if new_range else "expected a key that holds a list"
         hint = _unknown(key, lists, expected, format_path(segments[:i]) + "." * bool(i))
         raise CalibrationError(format_path(segments[:after]), f"unknown key ({hint})")
     return {**doc, key: set_path(doc.get(key), segments, value, after)}
@@ -4092,6 +4092,13 @@ def parse_options(args: argparse.Namespace) -> Options:
             raise
     sweeps = tuple(parse_sweep(text) for text in args.sweep)
     overrides = tuple(parse_override(text) for text in args.set)
+    for earlier, later in itertools.combinations(overrides, 2):
+        if earlier.path[: len(later.path)] == later.path:  # the later --set replaces it: it would show, unused
+            clash = "is set twice" if earlier.path == later.path else f"lies inside {format_path(later.path)}"
+            raise CalibrationError(
+                "", f"{format_path(earlier.path)} {clash}, and --set {later.text} replaces it; expected each key once",
+                file=f"--set {earlier.text}",
+            )  # fmt: skip
     for o, s in itertools.product(overrides, sweeps):
         if o.path[: len(s.path)] == s.path:  # the sweep sets it at every point: the --set would show, unused
             clash = "is swept too" if o.path == s.path else f"lies inside {format_path(s.path)}, which is swept"

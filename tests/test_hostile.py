@@ -75,10 +75,17 @@ def test_the_same_key_swept_twice(capsys: pytest.CaptureFixture[str]) -> None:
         assert_clean_error(run, f"--set native_engine.overhead_cut=0.3: native_engine.overhead_cut {clash}; expected")
     outer = ["--set", 'native_engine={"overhead_cut": 0.3}', "--sweep", "native_engine.overhead_cut=0.5,0.6"]
     assert run_main(capsys, *outer).code == 0  # the sweep varies a value inside what --set gave
-    inside = "--sweep: native_engine.overhead_cut lies inside native_engine, which is swept too; expected keys apart"
+    for later, clash in (("native_engine.overhead_cut=0.5", "is set twice"),
+                         ('native_engine={"overhead_cut": 0.5}', "lies inside native_engine")):  # fmt: skip
+        run = run_main(capsys, "--set", "native_engine.overhead_cut=0.3", "--set", later)
+        assert_clean_error(run, f"--set native_engine.overhead_cut=0.3: native_engine.overhead_cut {clash}, and "
+                                f"--set {later} replaces it; expected each key once")  # fmt: skip
+    inside = run_main(capsys, "--set", 'native_engine={"overhead_cut": 0.5}', "--set", "native_engine.overhead_cut=0.3")
+    assert inside.code == 0 and "The native engine with today's drafter: 409 tok/s" in inside.out  # refined: 0.3
+    nested = "--sweep: native_engine.overhead_cut lies inside native_engine, which is swept too; expected keys apart"
     for sweeps in (["native_engine.overhead_cut=0.1,0.2", 'native_engine={"overhead_cut": 0.3}'],
                    ['native_engine={"overhead_cut": 0.3}', "native_engine.overhead_cut=0.1,0.2"]):  # fmt: skip
-        assert_clean_error(run_main(capsys, "--sweep", sweeps[0], "--sweep", sweeps[1]), inside)
+        assert_clean_error(run_main(capsys, "--sweep", sweeps[0], "--sweep", sweeps[1]), nested)
     grid = ["--sweep", "moe_curve.points[1].ms=8,9", "--sweep", "moe_curve.points[1].m=9,10", "--format", "json"]
     assert len(run_main(capsys, *grid).json()["sweep"]) == 4  # keys side by side make a grid
 

@@ -82,6 +82,10 @@ def test_set_several_and_nested_index(capsys: pytest.CaptureFixture[str]) -> Non
         ("moe_curve.pionts[1].ms=9", ["moe_curve.pionts: unknown key (did you mean moe_curve.points?)"]),
         ("anchors.ddtree.sourc[0]=1", ["anchors.ddtree.sourc: unknown key (expected a key that holds a list)"]),
         ('ranges.moe_curve.points[1].ms={"relative": 0.1, "source": "s"}', ["a new range goes in with --set 'ranges="]),
+        (
+            "ranges.native_engine.overhead_cut.lo[0]=1",
+            ["overhead_cut.lo: unknown key (expected a key that holds a list)"],
+        ),
         ("novalue", ["--set novalue: expected KEY.PATH=VALUE"]),
         ("=3", ["--set =3: expected KEY.PATH=VALUE"]),
         (
