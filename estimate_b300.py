@@ -4091,6 +4091,12 @@ def parse_options(args: argparse.Namespace) -> Options:
             exc.file = f"{option} {text}"
             raise
     sweeps = tuple(parse_sweep(text) for text in args.sweep)
+    for s in sweeps:
+        if s.path[0] == "measurements":  # what --measured added is there too, and a point would replace it unseen
+            raise CalibrationError(
+                format_path(s.path), "a logged measurement moves no scenario, and a sweep shows only scenarios; "
+                "expected a key the estimate reads", file=f"--sweep {s.text}",
+            )  # fmt: skip
     overrides = tuple(parse_override(text) for text in args.set)
     for earlier, later in itertools.combinations(overrides, 2):
         if earlier.path[: len(later.path)] == later.path:  # the later --set replaces it: it would show, unused
