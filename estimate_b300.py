@@ -3583,20 +3583,26 @@ def render_markdown(report: Report, style: Style) -> Iterable[str]:
 
 
 def _changed_source(report: Report, path: str, source: str) -> str:
-    """A source, or, for a value an option changed, which option changed it and what the file said."""
-    changed = [(p, o) for p, o in report.changed.items() if p == path or p.startswith((f"{path}.", f"{path}["))]
+    """A source, or, for a value an option changed (itself, a key inside it, or an object around it), which option
+    changed it and what the file said."""
+    changed = [(p, o) for p, o in report.changed.items() if p == path or _inside(p, path) or _inside(path, p)]
     if not changed:
         return source
-    where, option = changed[0]
-    inner = where[len(path) :].lstrip(".")  # the changed key inside this value, if it is inside
+    where, option = min(changed, key=lambda change: (change[0] != path, -len(change[0])))  # itself, else the nearest
+    looked = where if _inside(where, path) else path  # the key inside this value that changed, or the value
+    inner = looked[len(path) :].lstrip(".")
     try:
-        said = (
-            f"; the file said {inner + ' ' if inner else ''}{_value_text(get_path(report.original, parse_path(where)))}"
-        )
+        said = f"; the file said {inner + ' ' if inner else ''}"
+        said += _value_text(get_path(report.original, parse_path(looked)))
     except CalibrationError:  # the file did not have it
         said = ""
-    how = "swept" if option.startswith("--sweep") else "set"  # a sweep's value shown is the one under it
+    how = "swept" if option.startswith("--sweep") else "set"
     return f"{how} by {option}{said}" + (f" ({source})" if source else "")
+
+
+def _inside(path: str, outer: str) -> bool:
+    """Whether a key path lies inside another: 'a.b[0]' inside 'a.b' and 'a'."""
+    return path.startswith((f"{outer}.", f"{outer}["))
 
 
 def _assumption_list(report: Report) -> str:
@@ -3633,10 +3639,9 @@ def _assumption_list(report: Report) -> str:
             shown = source if source != section_source else ""
             said = _changed_source(report, format_path(path), shown)
             name = format_path(path[1:]) or format_path(path)
-            lines.append(
-                f"  - {code_span(name)} = {markdown_text(_value_text(node))}"
-                + (f": {markdown_text(said)}" if said else "")
-            )
+            swept = report.sweep and any(path[: len(s.path)] == s.path for s in report.sweep.sweeps)
+            value = "" if swept else f" = {markdown_text(_value_text(node))}"  # no one value: each point has its own
+            lines.append(f"  - {code_span(name)}{value}" + (f": {markdown_text(said)}" if said else ""))
 
     walk(report.document, (), "", "")
     return "\n".join(lines)

@@ -142,9 +142,21 @@ def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFix
     assert "set by --set ranges.anchors.ar_tok_s.relative=0.05; the file said relative 0.03 (measured value" in row
     swept = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.1,0.2", "--format", "markdown").out
     line = next(line for line in swept.splitlines() if line.startswith("  - `overhead_cut`"))
-    assert line.startswith(  # the value under the sweep, which no point used
-        "  - `overhead_cut` = 0.4: swept by --sweep native\\_engine.overhead\\_cut=0.1,0.2; the file said 0.4 ("
+    assert line.startswith(  # no value: each point has its own
+        "  - `overhead_cut`: swept by --sweep native\\_engine.overhead\\_cut=0.1,0.2; the file said 0.4 ("
     )
+    inside_a_set = ["--set", 'native_engine={"overhead_cut": 0.9}', "--sweep", "native_engine.overhead_cut=0.1,0.2"]
+    around_it = ["--sweep", 'native_engine={"overhead_cut": 0.1},{"overhead_cut": 0.2}']
+    for args in (inside_a_set, around_it):
+        line = next(
+            x for x in run_main(capsys, *args, "--format", "markdown").out.splitlines() if "`overhead_cut`" in x
+        )
+        assert line.startswith("  - `overhead_cut`: swept by --sweep native\\_engine") and "the file said 0.4" in line
+    accept = run_main(capsys, "--sweep", "stronger_drafter.accept[1]=13,15", "--format", "markdown").out
+    assert (
+        "  - `accept` = \\[12, 14, 16\\]: swept by --sweep stronger\\_drafter.accept\\[1\\]=13,15; the file said "
+        "\\[1\\] 14" in accept
+    )  # the list but its swept entry, as the file has it
 
 
 # --- CSV -----------------------------------------------------------------------------------
