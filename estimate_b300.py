@@ -615,7 +615,7 @@ def cannot_run(sglang: SglangPipeline | None, budget: int) -> str | None:
     """Why SGLang cannot run a tree of this budget, or None when it can (or the calibration sets no limit)."""
     if sglang is None or budget <= sglang.max_budget:
         return None
-    why = f": {sglang.reason}" if sglang.reason else ""
+    why = f": {sglang.reason.rstrip('.')}" if sglang.reason else ""  # a sentence goes on after it
     return f"SGLang cannot verify a budget above {sglang.max_budget}{why}"
 
 
@@ -3447,14 +3447,11 @@ def notes(report: Report, style: Style) -> list[str]:
             + ("read along its nearest end segment." if cal.moe_curve.fit == "linear" else "read from the experts fit.")
         )
     if report.sweep is None:
-        found += [f"[{i}] {reason.rstrip('.')}." for i, reason in enumerate(_reasons(rows), 1)]
+        found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
         found.append(f"x today: tok/s over today's {est.decomposition.today.value:g} tok/s, {_measured(cal)}.")
     else:  # a step is marked [i] at each point where its pipeline cannot run the tree
         size = report.sweep.size
-        found += [
-            f"[{i}] at {n} of {size} points: {why.rstrip('.')}."
-            for i, (why, n) in enumerate(report.sweep.cannot_run, 1)
-        ]
+        found += [f"[{i}] at {n} of {size} points: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]
     if style.everything and report.sweep is None:
         found.append(
             "chain alpha: the per-token acceptance rate a single chain as deep as the block needs for that accept "
