@@ -1260,6 +1260,8 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
         message = f"has {len(keys)} ranges; expected at most {MAX_RANGES} (the band tries every combination of ends)"
         raise CalibrationError(section.path, message)
     for key in keys:
+        if key in domains and domains[key].integer:  # as --fit and --solve say of it
+            raise section.error(key, "is a whole number; a range needs a continuous one")
         if key not in numbers:
             raise section.error(key, _not_a_number(key, numbers))
         entry, domain = section.child(key), domains[key]

@@ -502,7 +502,10 @@ BAD_RANGES: list[tuple[dict[str, Any], list[str]]] = [
         {"native_engine.overhead_cutt": {"low": 0.1, "high": 0.2, "source": "x"}},
         ["did you mean native_engine.overhead_cut?"],
     ),
-    ({"stronger_drafter.budget": {"low": 8, "high": 16, "source": "x"}}, ["stronger_drafter.budget: not a number"]),
+    (
+        {"stronger_drafter.budget": {"low": 8, "high": 16, "source": "x"}},
+        ["stronger_drafter.budget: is a whole number; a range needs a continuous one"],
+    ),
     (
         {"native_engine.overhead_cut": {"low": 0.5, "high": 0.2, "source": "x"}},
         ["overhead_cut.high: got 0.2, below low = 0.5"],
