@@ -1518,6 +1518,11 @@ def parse_path(text: str) -> PathSegments:
     return tuple(segments)
 
 
+def at_or_inside(path: PathSegments, outer: PathSegments) -> bool:
+    """Whether a key path names the value at another or one inside it: ('a', 'b', 0) at or inside ('a', 'b')."""
+    return path[: len(outer)] == outer
+
+
 def format_path(segments: PathSegments) -> str:
     """The inverse of parse_path: ('a', 'b', 0) -> 'a.b[0]'."""
     text = ""
@@ -3066,7 +3071,7 @@ def _header_line(report: Report) -> str:
 
 def _title(report: Report) -> str:
     name = ("hardware", "target", "name")  # a sweep of it, or of an object that holds it, varies the target
-    if report.sweep and any(name[: len(s.path)] == s.path for s in report.sweep.sweeps):
+    if report.sweep and any(at_or_inside(name, s.path) for s in report.sweep.sweeps):
         return "Kimi K2.x + DDTree at concurrency 1 on each target GPU swept"
     return f"Kimi K2.x + DDTree at concurrency 1 on {report.estimate.calibration.hardware.target.name}"
 
@@ -3638,7 +3643,7 @@ def _assumption_list(report: Report) -> str:
             shown = source if source != section_source else ""
             said = _changed_source(report, format_path(path), shown)
             name = format_path(path[1:]) or format_path(path)
-            swept = report.sweep and any(path[: len(s.path)] == s.path for s in report.sweep.sweeps)
+            swept = report.sweep and any(at_or_inside(path, s.path) for s in report.sweep.sweeps)
             value = "" if swept else f" = {markdown_text(_value_text(node))}"  # no one value: each point has its own
             lines.append(f"  - {code_span(name)}{value}" + (f": {markdown_text(said)}" if said else ""))
 
@@ -4103,20 +4108,20 @@ def parse_options(args: argparse.Namespace) -> Options:
             )  # fmt: skip
     overrides = tuple(parse_override(text) for text in args.set)
     for earlier, later in itertools.combinations(overrides, 2):
-        if earlier.path[: len(later.path)] == later.path:  # the later --set replaces it: it would show, unused
+        if at_or_inside(earlier.path, later.path):  # the later --set replaces it: it would show, unused
             clash = "is set twice" if earlier.path == later.path else f"lies inside {format_path(later.path)}"
             raise CalibrationError(
                 "", f"{format_path(earlier.path)} {clash}, and --set {later.text} replaces it; expected each key once",
                 file=f"--set {earlier.text}",
             )  # fmt: skip
     for o, s in itertools.product(overrides, sweeps):
-        if o.path[: len(s.path)] == s.path:  # the sweep sets it at every point: the --set would show, unused
+        if at_or_inside(o.path, s.path):  # the sweep sets it at every point: the --set would show, unused
             clash = "is swept too" if o.path == s.path else f"lies inside {format_path(s.path)}, which is swept"
             raise CalibrationError(
                 "", f"{format_path(o.path)} {clash}; expected a key either set or swept", file=f"--set {o.text}"
             )
     for outer, inner in itertools.permutations((s.path for s in sweeps), 2):
-        if inner[: len(outer)] == outer:  # the outer value's points would set the inner one, whatever its column said
+        if at_or_inside(inner, outer):  # the outer value's points would set the inner one, whatever its column said
             clash = "is swept twice; expected each key once" if inner == outer else (
                 f"lies inside {format_path(outer)}, which is swept too; expected keys apart (its values set this one)"
             )  # fmt: skip
