@@ -349,7 +349,7 @@ def moe_time(cal: Calibration, m: int) -> MoeTime:
 def _moe_time(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, m: int) -> MoeTime:
     at = curve_at(curve, model, m)
     if not at.value > 0:
-        ms = [p.m for p in curve.points]
+        ms = curve.points.batches
         raise CalibrationError(
             "moe_curve.points", f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {curve.fit}) at M = {m} "
             f"gives {at.value:.4g} ms; expected a positive time: add a measured point nearer M = {m}"
@@ -718,7 +718,7 @@ def experts_line(points: CurvePoints, model: ModelGeometry) -> tuple[Figure, Fig
     Distinct experts flatten as a batch touches nearly all of them, so this reads large M far better
     than a straight line in M does. The x side depends on the points' Ms alone and is computed once.
     """
-    x_mean, weights = _experts_weights(tuple(p.m for p in points), model)
+    x_mean, weights = _experts_weights(points.batches, model)
     ys = [p.ms for p in points]
     y_mean = sum(ys) / len(ys)
     slope = sum(w * (y - y_mean) for w, y in zip(weights, ys, strict=True))
@@ -2831,13 +2831,14 @@ class Report(NamedTuple):
     estimate: Estimate
     headline: Headline
     track_record: tuple[Prediction, ...]  # each logged measurement beside the prediction in force
+    track_record_rms: float | None  # the RMS of their relative errors; None without measurements
     fit: Fit | None  # --fit: the fitted values, and the measurements before and after
     solve: Solution | None
     sensitivity: Sensitivity | None
     sweep: SweepPlan | None
     warnings: tuple[str, ...]  # inputs that contradict themselves; printed on stderr, the exit status stays 0
     document: object  # the calibration document in force (after --set, --measured, --fit and --solve)
-    changed: dict[str, str]  # each key path an option changed, and the option: "--set native_engine.overhead_cut=0.3"
+    changed: dict[PathSegments, str]  # each key path an option changed, and the option: "--set KEY.PATH=VALUE"
     original: object  # the document as the file has it, for what an option changed
 
 
@@ -2877,12 +2878,14 @@ def build_report(options: Options) -> Report:
         warnings.append(f"--sensitivity of {studied.label}: {studied.not_runnable_reason}; its band is of a run that "
                         "cannot be made")  # fmt: skip
     warnings += fitted.warnings if fitted else ()
-    changed = {format_path(o.path): f"--set {o.text}" for o in options.overrides}
-    changed |= {format_path(s.path): f"--sweep {s.text}" for s in options.sweeps}
-    changed |= {v.path: f"{found_by} {v.path}" for v in fitted.values} if fitted else {}
+    changed = {o.path: f"--set {o.text}" for o in options.overrides}
+    changed |= {s.path: f"--sweep {s.text}" for s in options.sweeps}
+    changed |= {parse_path(v.path): f"{found_by} {v.path}" for v in fitted.values} if fitted else {}
+    record = predictions(cal)
     provenance = Provenance(printable(file), digest, __version__, tuple(printable(o.text) for o in options.overrides))
     return Report(
-        provenance, est, top, predictions(cal), None if solution else fitted, solution, sens, sweep,
+        provenance, est, top, record, rms(p.relative_error for p in record), None if solution else fitted, solution,
+        sens, sweep,
         tuple(dict.fromkeys(warnings)), doc, changed, original,
     )  # fmt: skip
 
@@ -3118,7 +3121,7 @@ def headline_lines(report: Report) -> list[str]:
     if record:
         at = " at the fitted values" if report.fit else " at the solved value" if report.solve else ""
         worst = max(record, key=lambda p: abs(p.relative_error))
-        error = rms(p.relative_error for p in record) or 0.0
+        error = report.track_record_rms or 0.0
         logged = f"the {len(record)} measurement{'s' if len(record) > 1 else ''}"
         lines.append(
             f"Track record: the model predicts {logged}{at} within {error:.1%} RMS (worst: "
@@ -3304,7 +3307,7 @@ def sensitivity_section(report: Report, style: Style) -> Section:
         Column("tok/s at low", lambda r: r.tok_s_at_low, ".0f"),
         Column("tok/s at high", lambda r: r.tok_s_at_high, ".0f"),
         Column("swing", lambda r: r.swing, ".0f"),
-        Column("source", lambda r: _changed_source(report, f"ranges.{r.path}", r.source)),
+        Column("source", lambda r: _changed_source(report, ("ranges", *parse_path(r.path)), r.source)),
     ]
     title = (
         f"Sensitivity of {sens.scenario} ({sens.tok_s:.0f} tok/s): each assumption at either end of its range, "
@@ -3408,7 +3411,7 @@ def measurements_section(report: Report, style: Style) -> Section:
         Column("error", lambda p: p.relative_error, "+.1%"),
         Column("source", lambda p: p.measurement.source),
     ]
-    error = rms(p.relative_error for p in report.track_record) or 0.0
+    error = report.track_record_rms or 0.0
     title = (
         f"Measurements: the model's track record, {error:.1%} RMS; tok/s measured and predicted, error = "
         "predicted / measured - 1"
@@ -3439,7 +3442,7 @@ def notes(report: Report, style: Style) -> list[str]:
     """The footnotes the printed sections need, each a sentence or two."""
     est, sens = report.estimate, report.sensitivity
     cal, rows = est.calibration, est.scenarios
-    ms = [p.m for p in cal.moe_curve.points]
+    ms = cal.moe_curve.points.batches
     extrapolated = report.sweep.extrapolated if report.sweep else sorted({r.m for r in rows if r.moe_extrapolated})
     found = []
     curve_swept = report.sweep is not None and any(s.path[0] == "moe_curve" for s in report.sweep.sweeps)
@@ -3586,27 +3589,22 @@ def render_markdown(report: Report, style: Style) -> Iterable[str]:
     return ["\n\n".join(parts) + "\n"]
 
 
-def _changed_source(report: Report, path: str, source: str) -> str:
+def _changed_source(report: Report, path: PathSegments, source: str) -> str:
     """A source, or, for a value an option changed (itself, a key inside it, or an object around it), which option
     changed it and what the file said."""
-    changed = [(p, o) for p, o in report.changed.items() if p == path or _inside(p, path) or _inside(path, p)]
+    changed = [(p, o) for p, o in report.changed.items() if at_or_inside(p, path) or at_or_inside(path, p)]
     if not changed:
         return source
-    where, option = min(changed, key=lambda change: (change[0] != path, -len(change[0])))  # itself, else the nearest
-    looked = where if _inside(where, path) else path  # the key inside this value that changed, or the value
-    inner = looked[len(path) :].lstrip(".")
+    where, option = min(changed, key=lambda change: (change[0] != path, -len(format_path(change[0]))))  # the nearest
+    looked = where if at_or_inside(where, path) else path  # the key inside this value that changed, or the value
+    inner = format_path(looked[len(path) :])
     try:
         said = f"; the file said {inner + ' ' if inner else ''}"
-        said += _value_text(get_path(report.original, parse_path(looked)))
+        said += _value_text(get_path(report.original, looked))
     except CalibrationError:  # the file did not have it
         said = ""
     how = "swept" if option.startswith("--sweep") else "set"
     return f"{how} by {option}{said}" + (f" ({source})" if source else "")
-
-
-def _inside(path: str, outer: str) -> bool:
-    """Whether a key path lies inside another: 'a.b[0]' inside 'a.b' and 'a'."""
-    return path.startswith((f"{outer}.", f"{outer}["))
 
 
 def _assumption_list(report: Report) -> str:
@@ -3641,7 +3639,7 @@ def _assumption_list(report: Report) -> str:
             if isinstance(node, dict):  # an object inside a list: its fields, less the documentation
                 node = {k: v for k, v in node.items() if k not in ("source", "note") and not k.endswith("_source")}
             shown = source if source != section_source else ""
-            said = _changed_source(report, format_path(path), shown)
+            said = _changed_source(report, path, shown)
             name = format_path(path[1:]) or format_path(path)
             swept = report.sweep and any(at_or_inside(path, s.path) for s in report.sweep.sweeps)
             value = "" if swept else f" = {markdown_text(_value_text(node))}"  # no one value: each point has its own
@@ -3672,7 +3670,7 @@ def report_json(report: Report) -> dict[str, object]:
         "scenarios": [_scenario_json(row) for row in est.scenarios],
         "break_even": [dict(zip(BreakEven._fields[:-1], b, strict=False)) for b in est.break_even],
         "measurements": [_measurement_json(p) for p in report.track_record],
-        "measurements_rms_relative_error": rms(p.relative_error for p in report.track_record),
+        "measurements_rms_relative_error": report.track_record_rms,
         "roofline": None,
         "warnings": list(report.warnings),
     }
@@ -3685,7 +3683,7 @@ def report_json(report: Report) -> dict[str, object]:
             "t_expert_ms": fit.t_expert.value,
             "residuals": residuals,
         }
-    if est.roofline is not None and cal.model:
+    if est.roofline is not None:
         document["roofline"] = {
             "routing": "uniform",
             "moe_layers": round(roofline_figure(est.roofline, "MoE layers").value),
@@ -3707,16 +3705,7 @@ def report_json(report: Report) -> dict[str, object]:
             "other_values": list(least.other_roots),
             "rms_before": least.rms_before,
             "rms_after": least.rms_after,
-            "measurements": [
-                {
-                    **_measurement_json(after),
-                    "predicted_before": before.predicted_tok_s,
-                    "predicted_after": after.predicted_tok_s,
-                    "residual": after.residual,
-                    "loo_residual": loo,
-                }
-                for before, after, loo in zip(least.before, least.after, least.loo_residuals, strict=True)
-            ],
+            "measurements": _fit_measurements_json(least),
             "warnings": list(least.warnings),
         }
     if report.sensitivity:
@@ -3746,6 +3735,15 @@ def _measurement_json(p: Prediction) -> dict[str, object]:
     values = (m.label, m.drafter or "autoregressive", m.pipeline, p.block, p.budget, p.m, m.accept, m.tok_s,
               p.predicted_tok_s, p.relative_error, m.source)  # fmt: skip
     return dict(zip(MEASUREMENT_FIELDS, values, strict=True))
+
+
+def _fit_measurements_json(fit: Fit) -> list[dict[str, object]]:
+    """Each measurement of a fit, as JSON and CSV give it: its track record after the fit, then the fit's numbers."""
+    return [
+        {**_measurement_json(after), "predicted_before": before.predicted_tok_s,
+         "predicted_after": after.predicted_tok_s, "residual": after.residual, "loo_residual": loo}
+        for before, after, loo in zip(fit.before, fit.after, fit.loo_residuals, strict=True)
+    ]  # fmt: skip
 
 
 def render_json(report: Report, style: Style) -> Iterator[str]:
@@ -3801,12 +3799,10 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
         yield rows([SweepPoint(solved, report.estimate.scenarios)], 0)
     if report.track_record:  # a second table after a blank line: the measurements, as JSON gives them
         fit = report.fit
-        extra = ["predicted_before", "predicted_after", "residual", "loo_residual"] if fit else []
+        measured = _fit_measurements_json(fit) if fit else [_measurement_json(p) for p in report.track_record]
         yield line([])
-        yield line([*MEASUREMENT_FIELDS, *extra, *Provenance._fields])
-        for i, p in enumerate(report.track_record):
-            more = [fit.before[i].predicted_tok_s, p.predicted_tok_s, p.residual, fit.loo_residuals[i]] if fit else []
-            yield line([*_measurement_json(p).values(), *more, *provenance])
+        yield line([*measured[0], *Provenance._fields])
+        yield from (line([*row.values(), *provenance]) for row in measured)
 
 
 def _csv_writer() -> Callable[[Iterable[object]], str]:
@@ -3914,8 +3910,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
             f"  {p.measurement.label}: {p.predicted_tok_s:.1f} / {p.measurement.tok_s:g} - 1 = {p.relative_error:+.2%}"
             for p in report.track_record
         ]
-        error = rms(p.relative_error for p in report.track_record)
-        out.append(f"  RMS over {len(report.track_record)}: {error:.2%}")
+        out.append(f"  RMS over {len(report.track_record)}: {report.track_record_rms:.2%}")
     if report.sensitivity:
         sens = report.sensitivity
         out += ["", f"Sensitivity of {sens.scenario}: {sens.tok_s:.0f} tok/s as in force; each line re-estimates it"]
