@@ -2811,6 +2811,7 @@ class Provenance(NamedTuple):
     calibration_sha256: str  # the first 12 hex digits of the file's SHA-256
     tool_version: str
     overrides: tuple[str, ...]  # --set options in force, as given
+    measurements_added: tuple[str, ...]  # by --measured, as read: "current/native=415"
 
 
 class Headline(NamedTuple):
@@ -2854,6 +2855,7 @@ def build_report(options: Options) -> Report:
         for override in options.overrides:
             doc = set_path(doc, override.path, override.value)
         doc, cal = log_measured(doc, parse_calibration(doc), options.measured)
+        added = cal.measurements[len(cal.measurements) - len(options.measured) :]  # --measured logs them last
         solution, fitted = None, None
         if options.solve and options.observed:
             solution, fitted = solve(doc, cal, options.solve, *options.observed)
@@ -2882,7 +2884,9 @@ def build_report(options: Options) -> Report:
     changed |= {s.path: f"--sweep {s.text}" for s in options.sweeps}
     changed |= {parse_path(v.path): f"{found_by} {v.path}" for v in fitted.values} if fitted else {}
     record = predictions(cal)
-    provenance = Provenance(printable(file), digest, __version__, tuple(printable(o.text) for o in options.overrides))
+    measured = tuple(m.source.removeprefix("--measured ") for m in added)
+    provenance = Provenance(printable(file), digest, __version__, tuple(printable(o.text) for o in options.overrides),
+                            measured)  # fmt: skip
     return Report(
         provenance, est, top, record, rms(p.relative_error for p in record), None if solution else fitted, solution,
         sens, sweep,
@@ -3065,11 +3069,18 @@ class Section(NamedTuple):
 
 
 def _header_line(report: Report) -> str:
-    """The provenance line every output carries: tool version, calibration file and hash, overrides."""
+    """The provenance line every output carries: tool version, calibration file and hash, overrides, and the
+    throughputs --measured logged and the values --fit or --solve found, so that the line says how to run it again."""
     prov = report.provenance
     overrides = ", ".join(prov.overrides) or "none"
     file = f"{prov.calibration_file}, sha256 {prov.calibration_sha256}"
-    return f"estimate_b300 {prov.tool_version}; {file}; overrides: {overrides}"
+    line = f"estimate_b300 {prov.tool_version}; {file}; overrides: {overrides}"
+    line += f"; measured: {', '.join(prov.measurements_added)}" if prov.measurements_added else ""
+    if report.solve:
+        line += f"; solved: {report.solve.path} for {report.solve.scenario}={report.solve.observed:g}"
+    elif report.fit:
+        line += f"; fitted: {', '.join(v.path for v in report.fit.values)}"
+    return line
 
 
 def _title(report: Report) -> str:
@@ -3653,7 +3664,8 @@ def report_json(report: Report) -> dict[str, object]:
     est = report.estimate
     cal, dec = est.calibration, est.decomposition
     document: dict[str, object] = {
-        "provenance": {**report.provenance._asdict(), "overrides": list(report.provenance.overrides)},
+        "provenance": {**report.provenance._asdict(), "overrides": list(report.provenance.overrides),
+                       "measurements_added": list(report.provenance.measurements_added)},  # fmt: skip
         "calibration": {
             "bandwidth_ratio": dec.bandwidth_ratio.value,
             "ar_step_ms": dec.ar_step.value,
@@ -3786,7 +3798,8 @@ def encoded_once(encode: Callable[[Scenario], str]) -> Callable[[Scenario], str]
 def render_csv(report: Report, style: Style) -> Iterator[str]:
     """One row per scenario (per sweep point and scenario when sweeping) with provenance columns; nothing else."""
     prov = report.provenance
-    provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides)]
+    provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides),
+                  "; ".join(prov.measurements_added)]  # fmt: skip
     found = [(report.solve.path, report.solve.value)] if report.solve else []  # a column, as a swept value is
     solved = tuple(found + [(v.path, v.value) for v in report.fit.values] if report.fit else found)
     names = [format_path(s.path) for s in report.sweep.sweeps] if report.sweep else [name for name, _ in solved]

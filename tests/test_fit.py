@@ -157,6 +157,22 @@ def test_measured_adds_entries_from_the_command_line(capsys: pytest.CaptureFixtu
     )
 
 
+def test_the_provenance_line_says_what_was_measured_and_fitted_or_solved(capsys: pytest.CaptureFixture[str]) -> None:
+    """A pasted note can be made again from its first line: the throughputs --measured logged, and what was found."""
+    args = ["--measured", "current/native=415", "--measured", "AR/native=201", "--fit", "native_engine.overhead_cut"]
+    first = run_main(capsys, *args, "--format", "markdown").out.splitlines()[0]
+    assert first.endswith("overrides: none; measured: current/native=415, ar/native=201; "
+                          "fitted: native_engine.overhead_cut`")  # fmt: skip
+    solved = run_main(capsys, "--solve", "native_engine.overhead_cut", "--observed", "current/native=450")
+    assert "; solved: native_engine.overhead_cut for current/native@4.4=450" in flat(solved.out.split("\n\n")[0])
+    doc = run_main(capsys, *args[:4], "--format", "json").json()
+    assert doc["provenance"]["measurements_added"] == ["current/native=415", "ar/native=201"]
+    rows = list(csv.DictReader(io.StringIO(run_main(capsys, *args[:2], "--format", "csv").out.split("\n\n")[0])))
+    assert {r["measurements_added"] for r in rows} == {"current/native=415"}
+    assert "; measured:" not in run_main(capsys).out.splitlines()[0]
+    assert run_main(capsys, "--format", "json").json()["provenance"]["measurements_added"] == []
+
+
 def test_csv_gives_the_measurements_as_a_second_table(capsys: pytest.CaptureFixture[str]) -> None:
     text = run_main(capsys, "--calibration", str(EXAMPLE), "--format", "csv").out
     scenarios, measurements = text.split("\n\n")

@@ -784,4 +784,4 @@ def test_a_csv_sweep_gives_each_point_as_a_run_with_set_gives_it(capsys: pytest.
         )
         rows = swept[1 + 8 * i : 9 + 8 * i]
         assert [row[0] for row in rows] == [value] * 8
-        assert [row[1:-1] for row in rows] == [row[:-1] for row in fresh[1:]]  # all but the overrides column
+        assert [row[1:-2] for row in rows] == [row[:-2] for row in fresh[1:]]  # all but overrides, measurements_added
