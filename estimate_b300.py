@@ -3623,9 +3623,13 @@ def _assumption_list(report: Report) -> str:
 
     A value's source is its `<key>_source`, else the `source` of the nearest object around it; a
     section's own source is given once. An object inside a list (a curve point) is one entry. A value
-    an option changed says so, and what the file said.
+    an option changed says so, and what the file said. The ranges come last, with their ends in force,
+    when the output shows a band that spans them.
     """
     lines: list[str] = []
+
+    def entry(indent: str, name: str, value: str, said: str) -> None:
+        lines.append(f"{indent}- {code_span(name)}{value}" + (f": {markdown_text(said)}" if said else ""))
 
     def walk(node: object, path: PathSegments, source: str, section_source: str) -> None:
         if isinstance(node, dict) and not (path and isinstance(path[-1], int)):
@@ -3637,9 +3641,7 @@ def _assumption_list(report: Report) -> str:
                     continue
                 if not path:  # a section: its heading and its own source
                     section_source = value.get("source", "") if isinstance(value, dict) else ""
-                    lines.append(
-                        f"- {code_span(key)}" + (f": {markdown_text(section_source)}" if section_source else "")
-                    )
+                    entry("", key, "", section_source)
                 own = node.get(f"{key}_source")
                 walk(value, (*path, key), own if isinstance(own, str) else source, section_source)
         elif isinstance(node, list) and any(isinstance(item, dict) for item in node):
@@ -3654,9 +3656,16 @@ def _assumption_list(report: Report) -> str:
             name = format_path(path[1:]) or format_path(path)
             swept = report.sweep and any(at_or_inside(path, s.path) for s in report.sweep.sweeps)
             value = "" if swept else f" = {markdown_text(_value_text(node))}"  # no one value: each point has its own
-            lines.append(f"  - {code_span(name)}{value}" + (f": {markdown_text(said)}" if said else ""))
+            entry("  ", name, value, said)
 
     walk(report.document, (), "", "")
+    ranges = report.estimate.calibration.ranges
+    if ranges and (report.headline.band or report.sensitivity):  # no band shown, no range used
+        section = report.document.get("ranges") if isinstance(report.document, dict) else None
+        entry("", "ranges", "", section.get("source", "") if isinstance(section, dict) else "")
+        for r in ranges:
+            said = _changed_source(report, ("ranges", *parse_path(r.path)), r.source)
+            entry("  ", r.path, f" from {r.low:g} to {r.high:g}", said)
     return "\n".join(lines)
 
 
@@ -3664,8 +3673,11 @@ def report_json(report: Report) -> dict[str, object]:
     est = report.estimate
     cal, dec = est.calibration, est.decomposition
     document: dict[str, object] = {
-        "provenance": {**report.provenance._asdict(), "overrides": list(report.provenance.overrides),
-                       "measurements_added": list(report.provenance.measurements_added)},  # fmt: skip
+        "provenance": {
+            **report.provenance._asdict(),
+            "overrides": list(report.provenance.overrides),
+            "measurements_added": list(report.provenance.measurements_added),
+        },
         "calibration": {
             "bandwidth_ratio": dec.bandwidth_ratio.value,
             "ar_step_ms": dec.ar_step.value,

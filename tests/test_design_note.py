@@ -89,6 +89,24 @@ def test_a_value_outside_its_range_is_named_beside_the_band(capsys: pytest.Captu
     assert "The band spans the ranges" not in flat(run_main(capsys).out)
 
 
+def test_a_markdown_note_lists_the_ranges_its_band_spans(capsys: pytest.CaptureFixture[str]) -> None:
+    """The headline quotes a band, so the assumptions list what it spans: each range's ends in force, and its source."""
+    lines = run_main(capsys, "--format", "markdown", "--set", "ranges.anchors.ar_tok_s.relative=0.05").out.splitlines()
+    heading = "- `ranges`: what-if ranges for --sensitivity; each end is a plausible value, not a confidence bound"
+    at = lines.index(heading)
+    assert lines[at + 1] == (
+        "  - `native_engine.overhead_cut` from 0.2 to 0.6: assumed: the native engine's cut is a design target, "
+        "not yet measured"
+    )
+    assert lines[at + 5].startswith(  # 133 * (1 -/+ 0.05)
+        "  - `anchors.ar_tok_s` from 126.35 to 139.65: set by --set ranges.anchors.ar\\_tok\\_s.relative=0.05; "
+        "the file said relative 0.03 (measured value;"
+    )
+    assert [line[:4] for line in lines[at + 1 : at + 8]] == ["  - "] * 6 + [""]  # the six ranges, then the list ends
+    swept = run_main(capsys, "--format", "markdown", "--sweep", "native_engine.overhead_cut=0.3,0.4").out
+    assert "`ranges`" not in swept  # no band shown, so no range used
+
+
 def test_a_markdown_note_keeps_the_warnings(capsys: pytest.CaptureFixture[str]) -> None:
     run = run_main(capsys, "--format", "markdown", "--set", "hardware.target.name=H200")
     assert run.code == 0
