@@ -4240,21 +4240,26 @@ def _silence(fd: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The command line; the exit status: 0 estimated, 2 bad input, 1 the output or the memory failed,
     130 interrupted."""
+    # What memory running out leaves half done (a table's rows being read) may fail again as it is freed, on the
+    # way up or later: the one line below says it, not Python's "Exception ignored".
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda unraisable: None if isinstance(unraisable.exc_value, MemoryError) else hook(unraisable)
     try:
         return _run(sys.argv[1:] if argv is None else argv)
     except (MemoryError, OSError) as exc:  # at any stage: a limit such as ulimit -v, or a run too large
         if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:  # ENOMEM: an import, a fork, a file's map
             raise
-        hook, sys.unraisablehook = sys.unraisablehook, lambda _: None
-        try:  # what the error left half done (a table's rows being read) is freed here, and may fail again quietly
-            exc.__traceback__ = None
-        finally:
-            sys.unraisablehook = hook
+        import gc
+
+        exc.__traceback__ = None
+        gc.collect()  # what it held, freed here while the hook above is in force: not at exit, where it is not
         say("estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run")
         return 1
     except KeyboardInterrupt:  # Ctrl-C: what was printed stays, the workers are gone, and no traceback
         say("estimate_b300: interrupted")
         return 130
+    finally:
+        sys.unraisablehook = hook
 
 
 def _run(argv: list[str]) -> int:
