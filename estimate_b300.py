@@ -935,7 +935,10 @@ def shows_something(text: str) -> bool:
 def _describe(value: object) -> str:
     """A value as an error message shows it: 40 -> '40', "8" -> 'a string "8"', [1] -> 'a list [1]'."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
-        return f"an integer of {len(str(abs(value)))} digits"
+        try:
+            return f"an integer of {len(str(abs(value))):,} digits"
+        except ValueError:  # more digits than Python turns into text
+            return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
     if isinstance(value, float) and math.isfinite(value):
         text = f"{value:.15g}"  # 40.0 -> '40', 0.1 -> '0.1'
         return text if float(text) == value else repr(value)  # 0.9999999999999999, not 1, below a bound of 1
@@ -1584,10 +1587,12 @@ def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> 
     if not isinstance(doc, dict):
         raise CalibrationError(format_path(segments[:i]), f"is {_kind(doc)}, not an object with key {key!r}")
     if key not in doc and after < len(segments) and isinstance(segments[after], int):  # no list to take [N] from
+        if segments[0] == "ranges" and (i == 1 or not doc):  # not in a range that is there: the whole path names one
+            raise CalibrationError(
+                format_path(segments), "no such range in the calibration; a new range goes in with --set 'ranges={...}'"
+            )
         lists = [k for k, v in doc.items() if isinstance(v, list)][:64]  # the nearest of them, if few: a hint
-        new_range = segments[0] == "ranges" and (i == 1 or not doc)  # not in a range that is there
-        expected = "a new range goes in with --set 'ranges={...}'" if new_range else "expected a key that holds a list"
-        hint = _unknown(key, lists, expected, format_path(segments[:i]) + "." * bool(i))
+        hint = _unknown(key, lists, "expected a key that holds a list", format_path(segments[:i]) + "." * bool(i))
         raise CalibrationError(format_path(segments[:after]), f"unknown key ({hint})")
     return {**doc, key: set_path(doc.get(key), segments, value, after)}
 
@@ -1704,8 +1709,9 @@ def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str, place: int |
     if spec.accept is None:
         accept = drafter.accepts[median_place(drafter) if place is None else place]
     else:
-        with naming(option, f"{spec.drafter}/{spec.pipeline}@{spec.accept:g}"):
-            accept = given("accept", _accept(spec.accept, f"@{spec.accept:g}", drafter.block, drafter.budget), "tokens")
+        typed = f"@{_describe(spec.accept)}"  # as typed, not rounded: @9.0000001 is past a limit of 9
+        with naming(option, f"{spec.drafter}/{spec.pipeline}{typed}"):
+            accept = given("accept", _accept(spec.accept, typed, drafter.block, drafter.budget), "tokens")
     return drafter_on(cal, drafter, spec.pipeline, (accept,))[0]
 
 
@@ -2692,7 +2698,7 @@ class Solution(NamedTuple):
 
 def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:
     """A throughput named on the command line (--observed, --measured), as a measurement."""
-    accept = "" if spec.accept is None else f"@{spec.accept:g}"
+    accept = "" if spec.accept is None else f"@{_describe(spec.accept)}"
     text = f"{option} {spec.drafter}/{spec.pipeline}{accept}={tok_s:g}"
     if spec.drafter == "ar":
         return Measurement(f"AR/{spec.pipeline}", None, spec.pipeline, None, None, None, tok_s, text, text)
@@ -2856,6 +2862,7 @@ def build_report(options: Options) -> Report:
             doc = set_path(doc, override.path, override.value)
         doc, cal = log_measured(doc, parse_calibration(doc), options.measured)
         added = cal.measurements[len(cal.measurements) - len(options.measured) :]  # --measured logs them last
+        label += "".join(f" with {m.source}" for m in added)  # errors at a sweep's point say they are there
         solution, fitted = None, None
         if options.solve and options.observed:
             solution, fitted = solve(doc, cal, options.solve, *options.observed)
@@ -2883,7 +2890,7 @@ def build_report(options: Options) -> Report:
     changed = {o.path: f"--set {o.text}" for o in options.overrides}
     changed |= {s.path: f"--sweep {s.text}" for s in options.sweeps}
     changed |= {parse_path(v.path): f"{found_by} {v.path}" for v in fitted.values} if fitted else {}
-    record = predictions(cal)
+    record = () if sweep else predictions(cal)  # a sweep's would be of a calibration that no point uses
     measured = tuple(m.source.removeprefix("--measured ") for m in added)
     provenance = Provenance(printable(file), digest, __version__, tuple(printable(o.text) for o in options.overrides),
                             measured)  # fmt: skip
@@ -4018,7 +4025,7 @@ def build_parser(columns: int) -> argparse.ArgumentParser:
     flag("--version", help="show the version and exit")
     once("--calibration", metavar="PATH", help="calibration JSON to read (default: the one installed with the tool)")
     once("--format", choices=RENDERERS, default="table", help="tables, one JSON object, a Markdown document, or CSV")
-    once("--tablefmt", default="simple", metavar="NAME", help="any tabulate format for the tables, e.g. github")
+    once("--tablefmt", metavar="NAME", help="any tabulate format for the tables (default simple), e.g. github")
     flag, _, _ = kinds(parser.add_argument_group("showing the work"))
     flag("--all", help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, measurements")
     flag("--explain", help="print the derivation, one figure a line, not the tables")
@@ -4071,6 +4078,11 @@ def _check_usage(args: argparse.Namespace) -> None:
         (len(args.sweep) > MAX_SWEEPS,
          f"--sweep: {len(args.sweep)} given; expected at most {MAX_SWEEPS} (two make a grid)"),
         (args.calibration == "", "--calibration: an empty path; expected a calibration file"),
+        (args.tablefmt is not None and (args.format != "table" or args.explain),
+         "--tablefmt chooses how --format table draws its tables; it does nothing with "
+         f"{'--explain' if args.explain else f'--format {args.format}'}"),
+        (args.sweep and args.sensitivity,
+         "--sensitivity and --sweep cannot be combined: --sensitivity studies one calibration, a sweep has many"),
     ]  # fmt: skip
     for wrong, message in problems:
         if wrong:
@@ -4078,12 +4090,13 @@ def _check_usage(args: argparse.Namespace) -> None:
     if args.format == "table" and not args.explain:
         import tabulate
 
+        args.tablefmt = args.tablefmt or "simple"
         if args.tablefmt not in tabulate.tabulate_formats:
             formats = ", ".join(tabulate.tabulate_formats)
             raise usage_error(f"--tablefmt: unknown format {args.tablefmt!r}; choose from {formats}")
         sample = tabulate.tabulate([["x"]], headers=["x"], tablefmt=args.tablefmt)
         encoding = "ascii" if args.ascii else _stdout_encoding()
-        if not _encodes(sample, encoding):
+        if _encodes("x", encoding) and not _encodes(sample, encoding):  # one that encodes nothing fails on output
             raise usage_error(
                 f"--tablefmt {args.tablefmt} draws with characters that the output encoding ({encoding}) cannot "
                 "show; choose an ASCII format, e.g. simple or grid"
@@ -4103,7 +4116,9 @@ def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
     label, sep, tok_s_text = text.rpartition("=")
     if not sep:
         raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"{option} {text}")
-    spec, tok_s = ScenarioSpec.parse(option, label, autoregressive=option == "--measured"), parse_value(tok_s_text)
+    with naming(option, text):  # the whole text: 'current/native=415=3' is wrong in its label, as typed
+        spec = ScenarioSpec.parse(option, label, autoregressive=option == "--measured")
+    tok_s = parse_value(tok_s_text)
     if tok_s not in THROUGHPUT:
         message = f"got {_describe(tok_s)}; expected a positive throughput in tok/s, {THROUGHPUT.describe()}"
         raise CalibrationError("", message, file=f"{option} {text}")
@@ -4120,10 +4135,11 @@ def parse_options(args: argparse.Namespace) -> Options:
             exc.file = f"{option} {text}"
             raise
     sweeps = tuple(parse_sweep(text) for text in args.sweep)
-    for s in sweeps:
-        if s.path[0] == "measurements":  # what --measured added is there too, and a point would replace it unseen
+    for s in sweeps:  # a logged measurement or a range moves no scenario, and a sweep shows only scenarios
+        if s.path[0] in ("measurements", "ranges"):  # (what --measured added is in the first, and would go unseen)
+            what = "a logged measurement" if s.path[0] == "measurements" else "a range (for the band and --sensitivity)"
             raise CalibrationError(
-                format_path(s.path), "a logged measurement moves no scenario, and a sweep shows only scenarios; "
+                format_path(s.path), f"{what} moves no scenario, and a sweep shows only scenarios; "
                 "expected a key the estimate reads", file=f"--sweep {s.text}",
             )  # fmt: skip
     overrides = tuple(parse_override(text) for text in args.set)
@@ -4188,7 +4204,7 @@ def _stdout_encoding() -> str:
 def _encodes(text: str, encoding: str) -> bool:
     try:
         text.encode(encoding)
-    except (UnicodeEncodeError, LookupError):
+    except (UnicodeError, LookupError):  # UnicodeError itself: a codec that encodes nothing (undefined)
         return False
     return True
 
@@ -4287,7 +4303,7 @@ def _run(argv: list[str]) -> int:
     for warning in report.warnings:
         say(f"estimate_b300: warning: {warning}")
     ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), _stdout_encoding())
-    style = Style(args.tablefmt, max(columns, 80), 0 if args.no_chart else columns, ascii_only, args.all)
+    style = Style(args.tablefmt or "simple", max(columns, 80), 0 if args.no_chart else columns, ascii_only, args.all)
     chunks = (render_explain if args.explain else RENDERERS[args.format])(report, style)
     if args.format not in ("json", "csv"):  # JSON and CSV escape their cells; text is escaped here
         chunks = map(printable_lines, chunks)

@@ -83,6 +83,24 @@ def test_unknown_tablefmt_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
     assert "--tablefmt: unknown format 'nosuch'" in run.err and "github" in run.err
 
 
+@pytest.mark.parametrize(
+    ("args", "told"),
+    [
+        (["--format", "json", "--tablefmt", "grid"], "--format json"),
+        (["--format", "csv", "--tablefmt", "bogus"], "--format csv"),
+        (["--format", "markdown", "--tablefmt", "grid"], "--format markdown"),
+        (["--explain", "--tablefmt", "github"], "--explain"),
+    ],
+)
+def test_tablefmt_outside_the_tables_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], args: list[str], told: str
+) -> None:
+    """Markdown draws its own GFM tables, JSON and CSV none: a --tablefmt there would be ignored unseen."""
+    run = run_main(capsys, *args)
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1
+    assert f"usage: --tablefmt chooses how --format table draws its tables; it does nothing with {told}" in run.err
+
+
 def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     run = run_main(capsys, "--formatt", "json")
     assert run.code == 2 and run.out == "" and "usage:" in run.err

@@ -173,6 +173,15 @@ def test_the_provenance_line_says_what_was_measured_and_fitted_or_solved(capsys:
     assert run_main(capsys, "--format", "json").json()["provenance"]["measurements_added"] == []
 
 
+def test_a_sweep_gives_no_track_record(capsys: pytest.CaptureFixture[str]) -> None:
+    """Its predictions would be of the calibration under the sweep, which no point uses (cut 0.4 here)."""
+    args = ["--calibration", str(EXAMPLE), "--sweep", "native_engine.overhead_cut=0.2,0.3"]
+    doc = run_main(capsys, *args, "--format", "json").json()
+    assert doc["measurements"] == [] and doc["measurements_rms_relative_error"] is None and len(doc["sweep"]) == 2
+    assert "\n\n" not in run_main(capsys, *args, "--format", "csv").out  # no second table
+    assert "Track record" not in run_main(capsys, *args).out
+
+
 def test_csv_gives_the_measurements_as_a_second_table(capsys: pytest.CaptureFixture[str]) -> None:
     text = run_main(capsys, "--calibration", str(EXAMPLE), "--format", "csv").out
     scenarios, measurements = text.split("\n\n")

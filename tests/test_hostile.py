@@ -212,6 +212,14 @@ def test_an_output_encoding_that_cannot_write_text() -> None:
     assert_clean_error(run_script("--bogus", env={"PYTHONIOENCODING": "idna"}), "unrecognized arguments: --bogus")
 
 
+@pytest.mark.parametrize("args", [[], ["--format", "json"], ["--explain"]])
+def test_an_output_encoding_that_encodes_nothing(args: list[str]) -> None:
+    """Python's `undefined` codec raises UnicodeError itself, not UnicodeEncodeError: the same one line."""
+    run = run_script(*args, env={"PYTHONIOENCODING": "undefined"})
+    assert run.code == 1 and run.out == "" and run.err.count("\n") == 1 and "Traceback" not in run.err
+    assert run.err.startswith("estimate_b300: cannot write the output in the encoding undefined (")
+
+
 def test_an_output_encoding_that_cannot_draw_the_table_format() -> None:
     run = run_script("--tablefmt", "fancy_grid", env={"PYTHONIOENCODING": "ascii"})
     assert_clean_error(run, "--tablefmt fancy_grid draws with characters", "(ascii)")
@@ -437,12 +445,25 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--set", "moe_curve.points[²].ms=1"], "bad index [²]; expected [N] with a whole number N"),
         (["--sweep", "moe_curve.points[\u0661].ms=1"], "bad index [\u0661]; expected [N]"),
         (["--set", f"moe_curve.points[{'9' * 5000}].ms=1"], "expected [N] with a whole number N"),
-        (["--sweep", "ranges.anchors.ar_tok_s.relative=0.01,2"], "ranges.anchors.ar_tok_s.relative: got 2"),
-        (["--measured", "stronger/native@1e-400=500"], "--measured stronger/native@1e-400: @1e-400: got 0; expected"),
+        (["--sweep", "ranges.anchors.ar_tok_s.relative=0.01,2"], "ranges.anchors.ar_tok_s.relative: a range (for"),
+        (["--measured", "stronger/native@1e-400=500"],
+         "--measured stronger/native@1e-400=500: @1e-400: got 0; expected"),
         (["--solve", "a..b", "--observed", "current/native=463"], "--solve a..b: a..b: expected a key path"),
         (["--solve", "stronger_drafter.spec_scale", "--observed", "current/native=463"], "does not depend on it"),
+        (["--sweep", f"native_engine.overhead_cut=0:1{'0' * 4300}:1{'0' * 4300}"],
+         "native_engine.overhead_cut: got an integer of more than 4,300 digits; expected a finite number"),
+        # named as typed: the whole text, and an accept length not rounded onto the limit it passes
+        (["--solve", "native_engine.overhead_cut", "--observed", "current/native=415=3"],
+         "--observed current/native=415=3: expected DRAFTER/PIPELINE[@ACCEPT]"),
+        (["--solve", "native_engine.overhead_cut", "--observed", "current/native@9.0000001=415"],
+         "--observed current/native@9.0000001: @9.0000001: 9.0000001 exceeds the tree's limit budget+1 = 9"),
+        (["--sweep", "stronger_drafter.block=16,4", "--set", "stronger_drafter.accept=[3]", "--measured",
+          "stronger/native@14=900"], "with --measured stronger/native@14=900 at --sweep stronger_drafter.block=4: "
+         "measurements[0].accept: 14 exceeds the tree's limit block+1 = 5"),
+        (["--set", "ranges.moe_curve.points[1].ms.relative=0.2"],
+         "ranges.moe_curve.points[1].ms.relative: no such range in the calibration; a new range goes in with"),
     ],
-)
+)  # fmt: skip
 def test_values_that_break_arithmetic(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:
     start = time.perf_counter()
     assert_clean_error(run_main(capsys, *args), fragment)
@@ -698,12 +719,14 @@ def test_a_swept_list_object_or_null_is_read_as_set_reads_it(
 
 
 def test_a_swept_list_in_a_grid_is_read_whole(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
-    """With a sweep of `ranges` beside it, the ranges were once checked against the numbers before the sweep."""
+    """A range on an accept length that a swept list leaves out is checked against the list at each point."""
     doc = default_doc()
     doc["ranges"]["stronger_drafter.accept[2]"] = {"low": 15, "high": 16.5, "source": "x"}
     path = str(write_calibration(doc))
     told = "ranges.stronger_drafter.accept[2]: not a number of the calibration"
-    grid = run_main(capsys, "--calibration", path, "--sweep", "stronger_drafter.accept=[14]", "--sweep", "ranges.x=1,2")
+    grid = run_main(
+        capsys, "--calibration", path, "--sweep", "stronger_drafter.accept=[14]", "--sweep", "anchors.ar_tok_s=130,133"
+    )
     assert_clean_error(grid, told)
 
 
