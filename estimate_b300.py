@@ -64,7 +64,8 @@ MAX_RANGES = 10  # the band tries every combination of range ends: 2^10
 MAX_PATH = 16  # segments of a key path; the deepest in a calibration has 5
 MAX_TEXT = 500  # characters of a name, label, source or note: the longest shipped is 263; tables wrap them
 MAX_NESTING = 32  # lists and objects within a --set value
-MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid; 800,000 scenarios are plenty
+MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid
+MAX_SWEEP_SCENARIOS = 1_000_000  # in all its points: 100,000 points of the shipped calibration's 8 are 800,000
 MAX_FIT = 8  # values fitted at once: more than the measurements of one model can usually tell apart
 FIT_STEPS = 100  # Levenberg-Marquardt steps of a fit or a refit: a few are the rule, the rest a value running off
 MAX_FIT_EVALUATIONS = 20_000  # of the model, by a least squares (3x what one of 8 values took): see fit()
@@ -1812,7 +1813,7 @@ def _received(pipe: BinaryIO) -> bytes | None:
 # --- Sweeps ---
 
 
-SWEEP_CHUNK = 1000  # points a worker estimates at a time: a 3 MB piece of JSON
+SWEEP_CHUNK = 8000  # scenarios a worker estimates at a time (1,000 points of 8): a 3 MB piece of JSON
 SWEEP_HELD = 16 * 2**20  # bytes of checked points held for the output, compressed (141 a point of the default sweep)
 
 
@@ -1911,6 +1912,7 @@ class SweepPlan(NamedTuple):
     calibration: Calibration
     label: str  # how errors name the calibration
     size: int  # the number of points
+    chunk: int  # points a worker estimates at a time: SWEEP_CHUNK scenarios, for the most a point may have
     table: bool  # the output is a table: the check holds its rows, not the points
     warnings: tuple[str, ...] = ()  # over every point, each kind once with the number of points it holds at
     extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
@@ -1919,11 +1921,11 @@ class SweepPlan(NamedTuple):
 
     def in_chunks(self, work: Callable[[Iterator[SweepPoint], int], T]) -> Iterator[T]:
         """work(points, index of the first), chunk by chunk in order, on every CPU (see over_cpus)."""
-        return over_cpus([functools.partial(work, self._points(i), i) for i in range(0, self.size, SWEEP_CHUNK)])
+        return over_cpus([functools.partial(work, self._points(i), i) for i in range(0, self.size, self.chunk)])
 
     def rows(self) -> Iterator[SweepRow]:
         """What a table shows of every point: as the check held it for a table, else made again."""
-        for start in range(0, self.size, SWEEP_CHUNK):
+        for start in range(0, self.size, self.chunk):
             held = self._held(start) if self.table else None
             yield from map(sweep_row, self._points(start)) if held is None else _unpacked(held)
 
@@ -1939,13 +1941,13 @@ class SweepPlan(NamedTuple):
                 yield SweepPoint(values, tuple(scenarios))
 
     def _held(self, start: int) -> bytes | None:
-        return self.held[start // SWEEP_CHUNK] if self.held else None
+        return self.held[start // self.chunk] if self.held else None
 
     def estimated(self, start: int) -> Iterator[tuple[Calibration, SweepPoint]]:
         """The chunk of points from `start`, estimated: each point's calibration and its scenarios."""
         names = [format_path(s.path) for s in self.sweeps]
         combos = itertools.product(*(s.values for s in self.sweeps))
-        for combo in itertools.islice(combos, start, start + SWEEP_CHUNK):
+        for combo in itertools.islice(combos, start, start + self.chunk):
             values = tuple(zip(names, combo, strict=True))
             try:
                 changes = [(s.path, v) for s, v in zip(self.sweeps, combo, strict=True)]
@@ -1960,17 +1962,19 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
     """Estimate every point once, so that a bad one is an error before anything is printed; gather warnings;
     hold what the output reads of each point (a table's rows if `table`), up to SWEEP_HELD bytes."""
     count = math.prod(len(s.values) for s in sweeps)
-    if count > MAX_SWEEP_POINTS:
+    most = most_scenarios(cal, sweeps)
+    if count > MAX_SWEEP_POINTS or count * most > MAX_SWEEP_SCENARIOS:
         raise CalibrationError(
-            "", f"the grid has {count:,} points; expected at most {MAX_SWEEP_POINTS:,}", file="--sweep"
-        )
-    plan = SweepPlan(tuple(sweeps), doc, cal, label, count, table)
+            "", f"the grid has {count:,} points of up to {most} scenarios, {count * most:,} in all; expected at most "
+            f"{MAX_SWEEP_POINTS:,} points and {MAX_SWEEP_SCENARIOS:,} scenarios", file="--sweep",
+        )  # fmt: skip
+    plan = SweepPlan(tuple(sweeps), doc, cal, label, count, max(1, SWEEP_CHUNK // most), table)
     seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
     extrapolated: set[int] = set()
     cannot: collections.Counter[str] = collections.Counter()  # in the order first met
     held: list[bytes | None] = []
     size = 0
-    checks = [functools.partial(_check_chunk, plan, start) for start in range(0, count, SWEEP_CHUNK)]
+    checks = [functools.partial(_check_chunk, plan, start) for start in range(0, count, plan.chunk)]
     for found, ms, reasons, packed in over_cpus(checks):
         for kind, (n, at, first) in found.items():
             before, at, first = seen.get(kind, (0, at, first))
@@ -1984,6 +1988,13 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
         warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), cannot_run=tuple(cannot.items()),
         held=tuple(held),
     )  # fmt: skip
+
+
+def most_scenarios(cal: Calibration, sweeps: Sequence[Sweep]) -> int:
+    """The most scenarios a point of the sweep may have: each drafter's accept lengths on each pipeline; the
+    most a drafter may list when a sweep may change how many the stronger one has."""
+    reach = any(at_or_inside(("stronger_drafter", "accept"), s.path) for s in sweeps)
+    return len(PIPELINES) * (1 + (MAX_ITEMS["accept"] if reach else len(cal.stronger_drafter.accept)))
 
 
 def _check_chunk(

@@ -273,7 +273,7 @@ def test_a_sweep_past_what_it_holds_estimates_the_rest_again(
     """81 points in chunks of 10. Held up to three chunks' bytes, the other 51 points are estimated again;
     held not at all, all 81; the output is the same each time."""
     on_cpus(monkeypatch, 1)
-    monkeypatch.setattr(eb, "SWEEP_CHUNK", 10)
+    monkeypatch.setattr(eb, "SWEEP_CHUNK", 80)  # scenarios: 10 points of 8
     sweep = "native_engine.overhead_cut=0.1:0.5:0.005"
     doc = default_doc()
     held = eb.plan_sweep(doc, eb.parse_calibration(doc), [eb.parse_sweep(sweep)], "x", fmt == "table").held
@@ -326,9 +326,31 @@ def test_bad_sweeps(capsys: pytest.CaptureFixture[str], option: str, fragments: 
         assert_clean_error(run_main(capsys, "--sweep", option, "--format", fmt), *fragments)
 
 
-def test_too_large_a_grid(capsys: pytest.CaptureFixture[str]) -> None:
+def test_too_large_a_grid(capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]) -> None:
     run = run_main(capsys, "--sweep", "native_engine.overhead_cut=0:0.9:0.0001", "--sweep", "a.b=1:200:1")
-    assert_clean_error(run, "the grid has 1,800,200 points; expected at most 100,000")
+    told = "the grid has 1,800,200 points of up to 8 scenarios, 14,401,600 in all; expected at most 100,000 points"
+    assert_clean_error(run, f"{told} and 1,000,000 scenarios")
+
+
+def test_a_sweep_is_bounded_by_its_scenarios_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, write_calibration: Callable[..., Path]
+) -> None:
+    """A point of 64 accept lengths has 130 scenarios: at most 7,692 such points, and a worker takes 61 at a time,
+    so that what it holds at once (a chunk's JSON) stays the size of 1,000 points of 8. A sweep that may change how
+    many accept lengths there are is counted at the most a drafter may list."""
+    doc = default_doc()
+    doc["stronger_drafter"]["accept"] = [4.0 + i * 0.2 for i in range(64)]
+    path = str(write_calibration(doc))
+    run = run_main(capsys, "--calibration", path, "--sweep", "native_engine.overhead_cut=0:0.7693:0.0001")
+    assert_clean_error(run, "the grid has 7,694 points of up to 130 scenarios, 1,000,220 in all; expected at most")
+    cal = eb.parse_calibration(doc)
+    sweep = eb.parse_sweep("native_engine.overhead_cut=0:0.7691:0.0001")
+    plan = eb.plan_sweep(doc, cal, [sweep], "x")
+    assert (plan.size, plan.chunk, len(plan.held)) == (7692, 61, 127)
+    shipped = default_doc()
+    accepts = eb.parse_sweep("stronger_drafter.accept=[12],[14]")
+    assert eb.most_scenarios(eb.parse_calibration(shipped), [sweep]) == 8
+    assert eb.most_scenarios(eb.parse_calibration(shipped), [accepts]) == 130
 
 
 # --- Sensitivity and the band -------------------------------------------------------------
