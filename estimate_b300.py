@@ -66,6 +66,7 @@ MAX_TEXT = 500  # characters of a name, label, source or note: the longest shipp
 MAX_NESTING = 32  # lists and objects within a --set value
 MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid
 MAX_SWEEP_SCENARIOS = 1_000_000  # in all its points: 100,000 points of the shipped calibration's 8 are 800,000
+FAR_FROM_BEFORE = 10  # a fitted or solved value this many times, or this fraction of, its value before: a warning
 MAX_FIT = 8  # values fitted at once: more than the measurements of one model can usually tell apart
 FIT_STEPS = 100  # Levenberg-Marquardt steps of a fit or a refit: a few are the rule, the rest a value running off
 MAX_FIT_EVALUATIONS = 20_000  # of the model, by a least squares (3x what one of 8 values took): see fit()
@@ -2400,16 +2401,32 @@ def fit(
         FitValue(name, value, before, ranges.get(name), domain)
         for name, value, before, domain in zip(names, values, start, domains, strict=True)
     )
+    found = "solved" if option == "--solve" else "fitted"
     warnings += [
-        f"{option} {v.path}: the fitted value {v.text} lies outside its range in the calibration, {r.low:g} to "
+        f"{option} {v.path}: the {found} value {v.text} lies outside its range in the calibration, {r.low:g} to "
         f"{r.high:g} ({r.source}); the measurements and that assumption disagree"
         for v in fit_values if (r := v.range) and not r.low <= v.value <= r.high
+    ]  # fmt: skip
+    warnings += [  # with no range to hold it to, a value that moved by an order of magnitude or more
+        f"{option} {v.path}: the {found} value {v.text} is {_times(v.value / v.previous)} the value before, "
+        f"{v.previous:g}, and the calibration has no range to say what is plausible; the measurements and the model "
+        "disagree, or the value lies far from what was assumed"
+        for v in fit_values
+        if v.range is None and v.value * v.previous > 0
+        and not 1 / FAR_FROM_BEFORE < v.value / v.previous < FAR_FROM_BEFORE
     ]  # fmt: skip
     warnings += [
         f"{option} {v.path}: {v.text} lies on the edge of the values it may take ({d.describe()})"
         for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d)
     ]  # fmt: skip
     return Fit(fit_values, before, after, tuple(loo), tuple(roots), method, tuple(warnings))
+
+
+def _times(ratio: float) -> str:
+    """A ratio in words: 4616.4 -> '4,616x', 0.0654 -> '1/15.3 of'."""
+    up = max(ratio, 1 / ratio)
+    text = f"{up:,.0f}" if up >= 100 else f"{up:.3g}"
+    return f"{text}x" if ratio >= 1 else f"1/{text} of"
 
 
 NullWhy = Literal["all", "alone", "wall", "steps", "budget", "unpredicted"]  # why a leave-one-out residual is null

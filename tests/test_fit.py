@@ -182,6 +182,28 @@ def test_a_sweep_gives_no_track_record(capsys: pytest.CaptureFixture[str]) -> No
     assert "Track record" not in run_main(capsys, *args).out
 
 
+def test_a_value_found_far_from_its_value_before_warns_when_no_range_holds_it(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    """Without `ranges`, nothing else would say that a B300 solved to 4,616x its bandwidth is absurd."""
+    doc = default_doc()
+    del doc["ranges"]
+    path = str(write_calibration(doc))
+    args = ["--calibration", path, "--solve", "hardware.target.mem_bandwidth_tb_s", "--observed"]
+    run = run_main(capsys, *args, "current/native=504.99")
+    assert run.code == 0 and run.err == (
+        "estimate_b300: warning: --solve hardware.target.mem_bandwidth_tb_s: the solved value 36931.5 is 4,616x the "
+        "value before, 8, and the calibration has no range to say what is plausible; the measurements and the model "
+        "disagree, or the value lies far from what was assumed\n"
+    )
+    cut = run_main(
+        capsys, "--calibration", path, "--solve", "native_engine.overhead_cut", "--observed", "current/native=310"
+    )
+    assert "the solved value 0.0261691 is 1/15.3 of the value before, 0.4," in cut.err
+    near = run_main(capsys, *args, "current/native=470")  # 1.6x: within an order of magnitude, no word
+    assert near.code == 0 and near.err == ""
+
+
 def test_csv_gives_the_measurements_as_a_second_table(capsys: pytest.CaptureFixture[str]) -> None:
     text = run_main(capsys, "--calibration", str(EXAMPLE), "--format", "csv").out
     scenarios, measurements = text.split("\n\n")
