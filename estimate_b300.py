@@ -2674,7 +2674,8 @@ def _roots(
         grid = [domain.low + span * i / 400 for i in range(401)]
     else:  # geometric, 2^-20 to 2^20 times the distance of the value in force from the domain's low end
         grid = [domain.low + span * 2.0 ** (k / 8) for k in range(-160, 161)]
-    roots, seen = crossings(gap, [v for v in grid if v in domain])
+    grid = [v for v in grid if v in domain]
+    roots, seen = crossings(gap, grid)
     reached = [m.tok_s * math.exp(g) for g in seen]  # the predicted tok/s over the domain
     if reached and max(reached) - min(reached) <= 1e-9 * max(reached):
         raise CalibrationError(
@@ -2683,12 +2684,21 @@ def _roots(
             file=option,
         )
     if not roots:
-        tried = f"{min(reached):.6g} to {max(reached):.6g} tok/s" if reached else "no valid value"
+        target = _describe(m.tok_s)  # as typed, and each end told apart from it: 504.99999 and 504.999991
+        tried = f"{_apart(min(reached), m.tok_s)} to {_apart(max(reached), m.tok_s)} tok/s" if reached else "none"
+        values = f"it may take ({domain.describe()})" if bounded else f"tried ({grid[0]:.3g} to {grid[-1]:.3g})"
         raise CalibrationError(
-            name, f"no value it may take ({domain.describe()}) brings {m.label} to {m.tok_s:g} tok/s; over the values "
-            f"tried it gives {tried}", file=option,
-        )  # fmt: skip
+            name, f"no value {values} brings {m.label} to {target} tok/s; those values give {tried}", file=option
+        )
     return sorted(roots, key=lambda v: abs(v - previous)), "bisection"
+
+
+def _apart(value: float, other: float) -> str:
+    """A value to 6 digits, or to as many more as tell it from another: 504.999991 beside 504.99999, not 505."""
+    for digits in range(6, 17):
+        if f"{value:.{digits}g}" != f"{other:.{digits}g}" or value == other:
+            return f"{value:.{digits}g}"
+    return repr(value)
 
 
 def crossings(gap: Callable[[float], float | None], grid: list[float]) -> tuple[list[float], list[float]]:

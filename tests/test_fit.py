@@ -202,6 +202,9 @@ def test_a_value_found_far_from_its_value_before_warns_when_no_range_holds_it(
     assert "the solved value 0.0261691 is 1/15.3 of the value before, 0.4," in cut.err
     near = run_main(capsys, *args, "current/native=470")  # 1.6x: within an order of magnitude, no word
     assert near.code == 0 and near.err == ""
+    past = run_main(capsys, *args, "current/native=504.99999")  # the root lies past 2^20 x 8: said so, told apart
+    assert_clean_error(past, "no value tried (7.63e-06 to 8.39e+06) brings current/native@4.4 to 504.99999 tok/s; "
+                       "those values give 369.783 to 504.99996 tok/s")  # fmt: skip
 
 
 def test_csv_gives_the_measurements_as_a_second_table(capsys: pytest.CaptureFixture[str]) -> None:
