@@ -3031,6 +3031,9 @@ def code_span(text: str) -> str:
     return f"{fence} {text} {fence}" if len(fence) > 1 else f"`{text}`"
 
 
+GLUE = "\0"  # a space that Style.wrap does not break at (text that reaches it is printable: it holds none)
+
+
 class Style(NamedTuple):
     """How the output is laid out: what the command line and the terminal ask for."""
 
@@ -3047,7 +3050,11 @@ class Style(NamedTuple):
             return markdown_text(text)
         import textwrap
 
-        return textwrap.fill(text, self.width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+        kept = re.sub(r"(?<=\d) - (?=-?\d)", f"{GLUE}-{GLUE}", text)  # a range, 7.7 - 8, is not broken at its dash
+        lines = textwrap.fill(
+            kept, self.width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+        )
+        return lines.replace(GLUE, " ")
 
 
 class Column(NamedTuple):
@@ -3611,8 +3618,8 @@ def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
 
 
 def render_tables(report: Report, style: Style) -> Iterable[str]:
-    header = _header_line(report).replace("overrides: none", "overrides:\xa0none")  # kept on one line
-    parts = [style.wrap(header, "  ").replace("\xa0", " "), _title(report)]
+    header = _header_line(report).replace("overrides: none", f"overrides:{GLUE}none")  # kept on one line
+    parts = [style.wrap(header, "  "), _title(report)]
     if report.sweep is None:
         parts = [f"{parts[0]}\n{parts[1]}", "\n".join(style.wrap(line, "  ") for line in headline_lines(report))]
     else:
@@ -3977,10 +3984,10 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     if report.track_record:
         out += ["", "Track record: error = predicted / measured - 1"]
         out += [
-            f"  {p.measurement.label}: {p.predicted_tok_s:.1f} / {p.measurement.tok_s:g} - 1 = {p.relative_error:+.2%}"
+            f"  {p.measurement.label}: {p.predicted_tok_s:.1f} / {p.measurement.tok_s:g} - 1 = {p.relative_error:+.1%}"
             for p in report.track_record
         ]
-        out.append(f"  RMS over {len(report.track_record)}: {report.track_record_rms:.2%}")
+        out.append(f"  RMS over {len(report.track_record)}: {report.track_record_rms:.1%}")
     if report.sensitivity:
         sens = report.sensitivity
         out += ["", f"Sensitivity of {sens.scenario}: {sens.tok_s:.0f} tok/s as in force; each line re-estimates it"]

@@ -253,7 +253,7 @@ def test_explain_shows_each_prediction_and_its_error(capsys: pytest.CaptureFixtu
     out = run_main(capsys, "--calibration", str(EXAMPLE), "--explain").out
     assert "Measurement native b16 (measurements[1]): 414 tok/s measured" in out
     assert "tok/s = 1000 * accept / step = 1000 * 4.9 / " in out
-    assert "  native AR: 216.7 / 190 - 1 = +14.05%" in out
+    assert "  native AR: 216.7 / 190 - 1 = +14.1%" in out
 
 
 @pytest.mark.parametrize(
