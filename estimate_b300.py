@@ -3239,11 +3239,11 @@ def _mark(extrapolated: bool) -> str:
 
 def drafter_sections(report: Report, style: Style) -> list[Section]:
     cal, rows = report.estimate.calibration, report.estimate.scenarios
-    reasons = _reasons(rows)
+    footnote = _footnotes(rows)
 
     def basis(row: Scenario) -> str:
         if not row.runnable:
-            return f"cannot run [{reasons.index(row.not_runnable_reason or '') + 1}]"
+            return f"cannot run{footnote(row)}"
         return _measured(cal) if row.measured else "estimate"
 
     columns = [
@@ -3277,6 +3277,12 @@ def _reasons(rows: Iterable[Scenario]) -> list[str]:
     return list(dict.fromkeys(r.not_runnable_reason for r in rows if r.not_runnable_reason))
 
 
+def _footnotes(rows: Iterable[Scenario]) -> Callable[[Scenario], str]:
+    """A scenario's footnote mark among `rows`, " [1]", numbered as the notes number them; "" if it can run."""
+    reasons = _reasons(rows)
+    return lambda row: f" [{reasons.index(row.not_runnable_reason) + 1}]" if row.not_runnable_reason else ""
+
+
 def chain_alpha_section(report: Report, style: Style) -> Section:
     rows = [r for r in report.estimate.scenarios if r.pipeline == PIPELINES[0]]  # the same on every pipeline
     columns = [
@@ -3292,9 +3298,8 @@ def chain_alpha_section(report: Report, style: Style) -> Section:
 def break_even_section(report: Report, style: Style) -> Section:
     versus = {"current": "current drafter", "autoregressive": "autoregressive"}
     rows, scenarios = report.estimate.break_even, report.estimate.scenarios
-    reasons = _reasons(scenarios)  # a pipeline that cannot run the stronger tree: marked as its table marks it
-    cannot = {r.pipeline: f" [{reasons.index(r.not_runnable_reason) + 1}]" for r in scenarios
-              if r.drafter == "stronger" and r.not_runnable_reason}  # fmt: skip
+    footnote = _footnotes(scenarios)  # a pipeline that cannot run the stronger tree: marked as its table marks it
+    cannot = {r.pipeline: footnote(r) for r in scenarios if r.drafter == "stronger"}
     columns = [
         Column("pipeline", lambda b: PIPELINE_LABELS[b.pipeline] + cannot.get(b.pipeline, "")),
         Column("versus", lambda b: versus[b.versus]),
@@ -3570,10 +3575,9 @@ def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: boo
     Segment ends are rounded on the running total, so each bar is as long as its whole step.
     """
     fills, bars = CHART_FILLS[ascii_only], chart_bars(scenarios)
-    reasons = _reasons(scenarios)
+    footnote = _footnotes(scenarios)
     steps = [f"{row.step_ms:.2f} ms" for _, row, _ in bars]
-    rates = [f"{tok_s} tok/s" + (f" [{reasons.index(row.not_runnable_reason) + 1}]" if row.not_runnable_reason else "")
-             for _, row, tok_s in bars]  # fmt: skip
+    rates = [f"{tok_s} tok/s{footnote(row)}" for _, row, tok_s in bars]
     ends = [f"{s:>{max(map(len, steps))}} {r:>{max(map(len, rates))}}" for s, r in zip(steps, rates, strict=True)]
     label_width = max(len(label) for label, _, _ in bars)
     bar_width = max(columns - label_width - len(ends[0]) - 2, 10)
@@ -3596,13 +3600,13 @@ def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
     Mermaid draws bar series over one another, not stacked: each series is a running total, longest first,
     named for the segment that shows of it.
     """
-    bars = chart_bars(scenarios)
+    bars, footnote = chart_bars(scenarios), _footnotes(scenarios)
     series = [
         ("SPEC", [row.step_ms for _, row, _ in bars]),
         ("ATTN_BASE", [row.moe_ms + row.attn_base_ms for _, row, _ in bars]),
         ("MoE", [row.moe_ms for _, row, _ in bars]),
     ]
-    labels = ", ".join(f'"{label}"' for label, _, _ in bars)
+    labels = ", ".join(f'"{label}{footnote(row)}"' for label, row, _ in bars)  # a run that cannot be made, marked
     return "\n".join([
         "```mermaid",
         "xychart-beta horizontal",
