@@ -2045,7 +2045,7 @@ def _point_text(values: Iterable[tuple[str, object]]) -> str:
 
 def _as_typed(value: object) -> str:
     if not isinstance(value, str):
-        return _value_text(value)
+        return _swept_text(value)
     try:
         plain = parse_value(value) == value
     except CalibrationError:  # JSON nested too deep to be a value: a text, typed in quotes
@@ -2993,6 +2993,12 @@ def explain_line(figure: Figure) -> str:
     return f"  {figure.name} = {figure.formula} = {numbers} = {figure_text(figure)}"
 
 
+def _swept_text(value: object) -> str:
+    """A swept value as its column and messages show it: a float to as many digits as tell it apart from its
+    neighbours (0.30000001 beside 0.3, which 6 digits would show alike), anything else as _value_text does."""
+    return _describe(value) if isinstance(value, float) else _value_text(value)
+
+
 def _value_text(value: object) -> str:
     """A value as written: 0.4, 32, B300, [12, 14]; a float to 6 digits."""
     return f"{value:g}" if isinstance(value, float) else value if isinstance(value, str) else _json_text(value)
@@ -3392,7 +3398,12 @@ def sensitivity_section(report: Report, style: Style) -> Section:
 def sweep_section(report: Report, style: Style) -> Section:
     """A row per point: the swept values, then for each drafter and pipeline its step and its tok/s by accept."""
     assert report.sweep is not None
-    columns = [Column(format_path(sweep.path), operator.itemgetter(i)) for i, sweep in enumerate(report.sweep.sweeps)]
+    columns = [  # a column of numbers right-aligned, as numbers are everywhere
+        Column(
+            format_path(sweep.path), operator.itemgetter(i), "s" if all(v in ANY_NUMBER for v in sweep.values) else ""
+        )
+        for i, sweep in enumerate(report.sweep.sweeps)
+    ]
     where: dict[str, int] = {}  # a column's header -> its place
 
     def place(header: str, fmt: str) -> int:
@@ -3407,7 +3418,7 @@ def sweep_section(report: Report, style: Style) -> Section:
         if row.names is not names:  # held once for rows alike
             names = row.names
             places = [(place(f"{d}/{p} step ms", "s"), place(f"{label} tok/s", ".0f")) for d, p, label in names]
-        cells: dict[int, object] = {i: _value_text(v) for i, (_, v) in enumerate(row.values)}
+        cells: dict[int, object] = {i: _swept_text(v) for i, (_, v) in enumerate(row.values)}
         for (step_at, tok_s_at), (step_ms, extrapolated, tok_s, reason) in zip(places, row.numbers, strict=True):
             cells[step_at] = f"{step_ms:.2f}{_mark(extrapolated)}" + (f" [{footnote[reason]}]" if reason else "")
             cells[tok_s_at] = tok_s

@@ -231,6 +231,9 @@ def test_sweep_values_are_the_numbers_typed(capsys: pytest.CaptureFixture[str]) 
     assert sorted({r["native_engine.overhead_cut"] for r in rows}) == ["0.2", "0.3", "0.4", "0.5", "0.6"]
     listed = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.30,0.1", "--format", "json").json()
     assert [p["values"]["native_engine.overhead_cut"] for p in listed["sweep"]] == [0.3, 0.1]
+    fine = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.3:0.30000002:0.00000001").out.splitlines()
+    column = [line.split()[0] for line in fine[fine.index("Sweep: 3 points") + 3 :][:3]]
+    assert column == ["0.3", "0.30000001", "0.30000002"]  # not three rows of 0.3, as 6 digits would show them
 
 
 # --- The small ones ----------------------------------------------------------------------------

@@ -300,7 +300,9 @@ def test_markdown_sweep_table_has_a_one_line_header(capsys: pytest.CaptureFixtur
     out = run_main(capsys, "--format", "markdown", "--sweep", "native_engine.overhead_cut=0.2,0.4").out
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| native\\_engine.overhead\\_cut"))
-    assert lines[header + 1].startswith("|:---")
+    assert lines[header + 1].startswith("|---") and lines[header + 1].endswith(":|")  # numbers, right-aligned
+    texts = run_main(capsys, "--format", "markdown", "--sweep", "hardware.target.name=B300,B200").out.splitlines()
+    assert next(line for line in texts if line.startswith("|:---"))  # texts, left-aligned
     assert "current/sglang step ms" in lines[header] and "stronger/native@14 tok/s" in lines[header]
 
 

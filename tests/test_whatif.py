@@ -202,7 +202,7 @@ def test_a_sweep_marks_the_steps_a_pipeline_cannot_run(capsys: pytest.CaptureFix
     pipeline cannot run the tree, and its notes say why and at how many points; a reason that differs, apart."""
     sweep = ["--sweep", "sglang.max_budget=8,16,32", "--format", "markdown"]
     lines = run_main(capsys, *sweep).out.splitlines()
-    rows = [line.split("|")[1:-1] for line in lines if line.startswith("| ") and line[2].isdigit()]
+    rows = [line.split("|")[1:-1] for line in lines if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
     header = next(line for line in lines if "stronger/sglang step ms" in line).split("|")[1:-1]
     at = next(i for i, cell in enumerate(header) if "stronger/sglang step ms" in cell)
     assert [row[at].strip() for row in rows] == ["20.88\\* \\[1\\]", "20.88\\* \\[2\\]", "20.88\\*"]
@@ -246,7 +246,7 @@ def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2,0.6").out
     assert "Sweep: 2 points" in out
     lines = out.splitlines()
-    row = next(line for line in lines if line.startswith("0.2 "))
+    row = next(line for line in lines if line.lstrip().startswith("0.2 "))  # a number, right-aligned
     assert f"{native_tok_s(14, 0.2):.0f}" in row.split()
     assert "stronger/native" in out and "step ms" in out
 
