@@ -660,11 +660,13 @@ def break_even(cal: Calibration, dec: Decomposition, rows: tuple[Scenario, ...])
         for versus, rival in (("current", current.figures["tok/s"]), ("autoregressive", ar_tok_s(cal, dec, pipeline))):
             to_match = given("tok/s to match", rival.value, "tok/s")
             needed = derive("accept needed", "tok/s to match * stronger step / 1000", "tokens", to_match, stronger_step)
-            reason = None
+            reason, accept = None, needed.value
             if needed.value > limit:
-                reason = f"it would need accept {needed.value:.3g}, above the tree's limit {bound}"
-            result.append(BreakEven(pipeline, versus, None if reason else needed.value, rival.value, reason,
-                                    strong.step_ms, (*derivation(rival), needed)))  # fmt: skip
+                reason, accept = f"it would need accept {needed.value:.3g}, above the tree's limit {bound}", None
+            elif needed.value < 1:  # every step commits at least the one token it grows from
+                reason = "below 1, the least there is: ahead at any accept"
+            result.append(BreakEven(pipeline, versus, accept, rival.value, reason, strong.step_ms,
+                                    (*derivation(rival), needed)))  # fmt: skip
     return tuple(result)
 
 
@@ -1270,6 +1272,8 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
         if key not in numbers:
             raise section.error(key, _not_a_number(key, numbers))
         entry, domain = section.child(key), domains[key]
+        if "relative" in entry.data and (both := [end for end in ("low", "high") if end in entry.data]):
+            raise entry.error(both[0], "a range is {low, high} or {relative}, not both; expected one of the two")
         if "relative" in entry.data:
             relative = entry.number("relative", Domain(0.0, 1.0, high_open=False))
             value = number_at(section.root, parse_path(key))
@@ -2182,6 +2186,10 @@ class FitValue(NamedTuple):
     def text(self) -> str:
         return number_text(self.value, self.domain)
 
+    @property
+    def previous_text(self) -> str:
+        return number_text(self.previous, self.domain)
+
 
 def number_text(value: float, domain: Domain) -> str:
     """A value to 6 digits, or to as many more as keep it on its side of its domain's ends: 0.99999995 inside
@@ -2409,7 +2417,7 @@ def fit(
     ]  # fmt: skip
     warnings += [  # with no range to hold it to, a value that moved by an order of magnitude or more
         f"{option} {v.path}: the {found} value {v.text} is {_times(v.value / v.previous)} the value before, "
-        f"{v.previous:g}, and the calibration has no range to say what is plausible; the measurements and the model "
+        f"{v.previous_text}, and the calibration has no range to say what is plausible; the measurements and the model "
         "disagree, or the value lies far from what was assumed"
         for v in fit_values
         if v.range is None and v.value * v.previous > 0
@@ -2732,6 +2740,10 @@ class Solution(NamedTuple):
     @property
     def text(self) -> str:
         return number_text(self.value, self.domain)
+
+    @property
+    def previous_text(self) -> str:
+        return number_text(self.previous, self.domain)
 
 
 def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:
@@ -3311,7 +3323,7 @@ def break_even_section(report: Report, style: Style) -> Section:
         Column("versus", lambda b: versus[b.versus]),
         Column("tok/s to match", lambda b: b.tok_s_to_match, ".1f"),
         Column("accept needed", lambda b: b.accept, ".2f"),
-        *([Column("out of reach", lambda b: b.reason)] if any(b.reason for b in rows) else []),
+        *([Column("note", lambda b: b.reason)] if any(b.reason for b in rows) else []),
     ]
     title = (
         "Break-even: the accept length at which the stronger drafter matches another way of decoding on the same "
@@ -3431,7 +3443,7 @@ def solve_section(report: Report, style: Style) -> Section:
     sol = report.solve
     assert sol is not None
     title = (
-        f"Solved: {sol.path} = {sol.text} (was {sol.previous:g}) brings {sol.scenario} to the observed "
+        f"Solved: {sol.path} = {sol.text} (was {sol.previous_text}) brings {sol.scenario} to the observed "
         f"{sol.observed:g} tok/s; {sol.method}. Every figure below uses it."
     )
     others = ", ".join(number_text(v, sol.domain) for v in sol.other_values)
@@ -3446,7 +3458,7 @@ def fit_section(report: Report, style: Style) -> Section:
     assert fit is not None
     values = [
         Column("assumption", lambda v: v.path),
-        Column("before", lambda v: f"{v.previous:g}", "s"),
+        Column("before", lambda v: v.previous_text, "s"),
         Column("fitted", lambda v: v.text, "s"),
         Column("range", lambda v: "" if v.range is None else f"{v.range.low:g} - {v.range.high:g}", "s"),
     ]
@@ -3974,7 +3986,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out.append(f"  {sol.path} = {sol.text}: solved so that {sol.scenario} = {sol.observed:g} tok/s ({sol.method})")
     if report.fit:
         out += [
-            f"  {v.path} = {v.text}: fitted to {len(report.fit.before)} measurements, was {v.previous:g} "
+            f"  {v.path} = {v.text}: fitted to {len(report.fit.before)} measurements, was {v.previous_text} "
             f"({report.fit.method})" for v in report.fit.values
         ]  # fmt: skip
     if est.experts_fit:

@@ -668,6 +668,9 @@ def test_a_solved_value_just_below_an_open_end_prints_below_it(capsys: pytest.Ca
     assert "Solved: native_engine.overhead_cut = 0.99999995 (was 0.4)" in flat(run.out)
     assert "--solve native_engine.overhead_cut: 0.99999995 lies on the edge" in run.err
     assert run_main(capsys, "--set", "native_engine.overhead_cut=0.99999995").code == 0
+    was = run_main(capsys, "--set", "native_engine.overhead_cut=0.9999999", "--solve", "native_engine.overhead_cut",
+                   "--observed", "current/native=463")  # fmt: skip
+    assert "(was 0.9999999)" in flat(was.out)  # the value before, too: not 1, outside what it may take
 
 
 def test_leave_one_out_equals_explicit_refits() -> None:

@@ -460,6 +460,8 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--sweep", "stronger_drafter.block=16,4", "--set", "stronger_drafter.accept=[3]", "--measured",
           "stronger/native@14=900"], "with --measured stronger/native@14=900 at --sweep stronger_drafter.block=4: "
          "measurements[0].accept: 14 exceeds the tree's limit block+1 = 5"),
+        (["--set", "ranges.native_engine.overhead_cut.relative=0.1"],
+         "ranges.native_engine.overhead_cut.low: a range is {low, high} or {relative}, not both"),
         (["--set", "ranges.moe_curve.points[1].ms.relative=0.2"],
          "ranges.moe_curve.points[1].ms.relative: no such range in the calibration; a new range goes in with"),
     ],

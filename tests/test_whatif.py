@@ -591,8 +591,21 @@ def test_break_even_out_of_reach(capsys: pytest.CaptureFixture[str]) -> None:
     assert row["accept"] is None
     assert "above the tree's limit block+1 = 17" in row["reason"]  # block 16 binds before budget 32
     table = run_main(capsys, "--set", "stronger_drafter.spec_scale=60", "--all").out
-    assert "accept needed  out of reach" in table  # the reason in a column of its own, the accept left empty
+    assert "accept needed  note" in table  # the reason in a column of its own, the accept left empty
     assert "it would need accept 99.7, above the tree's limit block+1 = 17" in flat(table)
+
+
+def test_a_break_even_below_1_says_the_stronger_drafter_is_ahead_at_any_accept(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Scales of 0.01 and a flat curve: matching 133 tok/s on SGLang takes accept 0.29, which no step commits."""
+    args = ["--set", "stronger_drafter.spec_scale=0.01", "--set", "stronger_drafter.attn_base_scale=0.01",
+            "--set", "moe_curve.points[2].ms=9"]  # fmt: skip
+    rows = run_main(capsys, *args, "--format", "json").json()["break_even"]
+    row = next(b for b in rows if (b["pipeline"], b["versus"]) == ("sglang", "autoregressive"))
+    assert row["accept"] == pytest.approx(133 * row["stronger_step_ms"] / 1000) and row["accept"] < 1
+    assert row["reason"] == "below 1, the least there is: ahead at any accept"
+    assert all((b["reason"] is None) == (b["accept"] >= 1) for b in rows)
 
 
 def test_break_even_marks_a_pipeline_that_cannot_run_the_stronger_tree(capsys: pytest.CaptureFixture[str]) -> None:
