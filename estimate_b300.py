@@ -660,7 +660,8 @@ def break_even(cal: Calibration, dec: Decomposition, rows: tuple[Scenario, ...])
         for versus, rival in (("current", current.figures["tok/s"]), ("autoregressive", ar_tok_s(cal, dec, pipeline))):
             to_match = given("tok/s to match", rival.value, "tok/s")
             needed = derive("accept needed", "tok/s to match * stronger step / 1000", "tokens", to_match, stronger_step)
-            reason, accept = None, needed.value
+            reason: str | None = None
+            accept: float | None = needed.value
             if needed.value > limit:
                 reason, accept = f"it would need accept {needed.value:.3g}, above the tree's limit {bound}", None
             elif needed.value < 1:  # every step commits at least the one token it grows from
@@ -1639,8 +1640,13 @@ def naming(option: str, text: str) -> Iterator[None]:
     try:
         yield
     except CalibrationError as exc:
-        exc.file = f"{option} {text if len(text) <= 80 else text[:77] + '...'}"
+        exc.file = f"{option} {shortened(text)}"
         raise
+
+
+def shortened(text: str) -> str:
+    """A text typed on the command line as a message echoes it: at most 80 characters."""
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def parse_value(text: str) -> object:
@@ -1683,7 +1689,8 @@ class ScenarioSpec(NamedTuple):
         drafter, _, pipeline = head.partition("/")
         known = (*DRAFTERS, "ar") if autoregressive else DRAFTERS
         drafter = "ar" if autoregressive and drafter == "AR" else drafter  # as a measurement's label spells it
-        bad = functools.partial(CalibrationError, "", file=f"{option} {text}")
+        bad = functools.partial(CalibrationError, "", file=f"{option} {shortened(text)}")
+        shown = shortened(accept_text)  # as messages echo it; the number is read from the whole text
         if drafter == "ar" and at and autoregressive:
             raise bad("an autoregressive run takes no @ACCEPT: it commits one token a step; expected e.g. ar/native")
         if drafter not in known or pipeline not in PIPELINES:
@@ -1700,9 +1707,9 @@ class ScenarioSpec(NamedTuple):
             if isinstance(number, (int, float)) and not isinstance(number, bool) and abs(number) < MAX_FIGURE:
                 accept = float(number)
             if not math.isfinite(accept):
-                raise bad(f"@{accept_text}: expected an accept length, e.g. @14")
+                raise bad(f"@{shown}: expected an accept length, e.g. @14")
             if accept < 1:  # here, where the text is as typed: @1e-400 is 0 by now
-                raise bad(f"@{accept_text}: got {_describe(number)}; expected a number >= 1")
+                raise bad(f"@{shown}: got {_describe(number)}; expected a number >= 1")
         return ScenarioSpec(drafter, pipeline, accept)
 
 
@@ -2044,7 +2051,7 @@ def _unpacked(data: bytes) -> list[Any]:
 
 def _point_text(values: Iterable[tuple[str, object]]) -> str:
     """A sweep's point as it is typed: a text that would read as a number or other JSON in quotes ("0.3")."""
-    return ", ".join(f"{name}={_as_typed(value)}" for name, value in values)
+    return ", ".join(f"{name}={shortened(_as_typed(value))}" for name, value in values)
 
 
 def _as_typed(value: object) -> str:
@@ -2903,7 +2910,7 @@ def build_report(options: Options) -> Report:
     """Load, override, fit, estimate and analyse: everything a run does except printing."""
     path = options.calibration or default_calibration_path()
     file = options.calibration or display_name(path)
-    label = file + "".join(f" with --set {o.text}" for o in options.overrides)
+    label = file + "".join(f" with --set {shortened(o.text)}" for o in options.overrides)
     found_by = "--solve" if options.solve else "--fit"  # the option that finds values from measurements
     try:
         original, digest = read_document(path)

@@ -212,6 +212,23 @@ def test_an_output_encoding_that_cannot_write_text() -> None:
     assert_clean_error(run_script("--bogus", env={"PYTHONIOENCODING": "idna"}), "unrecognized arguments: --bogus")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--set", f"anchors.ar_tok_s={'x' * 100_000}"],
+        ["--sensitivity", "--scenario", f"stronger/native@{'9' * 100_000}"],
+        ["--sweep", f"anchors.ar_tok_s={'x' * 100_000}"],
+        ["--measured", f"current/native@{'x' * 100_000}=400"],
+        ["--sweep", "anchors.ar_tok_s=1,2", "--set", f"anchors.ddtree.tok_s={'x' * 100_000}"],
+    ],
+)
+def test_a_long_value_is_echoed_shortened(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    """A 100 KB value once made a 100 KB line on stderr, and an @ACCEPT one of 200 KB."""
+    run = run_main(capsys, *args)
+    assert_clean_error(run)
+    assert len(run.err) < 400 and "..." in run.err
+
+
 @pytest.mark.parametrize("args", [[], ["--format", "json"], ["--explain"]])
 def test_an_output_encoding_that_encodes_nothing(args: list[str]) -> None:
     """Python's `undefined` codec raises UnicodeError itself, not UnicodeEncodeError: the same one line."""
@@ -696,7 +713,7 @@ def test_a_swept_text_that_reads_as_a_number_is_told_in_quotes(capsys: pytest.Ca
     assert_clean_error(run, 'at --sweep native_engine.overhead_cut="0.3": native_engine.overhead_cut: got a string')
     named = run_main(capsys, "--sweep", "hardware.target.name=H200,B200", "--format", "csv")
     assert named.code == 0 and "(the first at hardware.target.name=H200)" in named.err
-    deep = "[" * 40 + "]" * 40  # too deep for a value, so a text: typed back in quotes, it is one
+    deep = "[" * 33 + "]" * 33  # too deep for a value, so a text: typed back in quotes, it is one
     run = run_main(capsys, "--sweep", f'native_engine.overhead_cut="{deep}"')
     assert_clean_error(run, f'at --sweep native_engine.overhead_cut="{deep}": ')
     run = run_main(capsys, "--sweep", 'native_engine.overhead_cut="\\"é\\""')
