@@ -243,6 +243,7 @@ POSITIVE = Domain()
 THROUGHPUT = Domain(1e-6, MAX_FIGURE, low_open=False)  # a measured tok/s: its ratio to a prediction stays finite
 ANY_NUMBER = Domain(-math.inf)
 COUNT = Domain(1, MAX_COUNT, False, False, integer=True)
+ACCEPT = Domain(1.0, low_open=False)  # a mean accept length: every step commits at least one token
 
 
 class Calibration(NamedTuple):
@@ -255,7 +256,7 @@ class Calibration(NamedTuple):
     stronger_drafter: StrongerDrafter
     measurements: tuple[Measurement, ...]  # measured throughputs beyond the anchors; often none
     ranges: tuple[Range, ...] | None  # None: no `ranges` section, so no --sensitivity
-    domains: dict[str, Domain]  # every number read, by key path: what --solve and ranges may vary
+    domains: dict[str, Domain]  # every number read, by key path: what --fit, --solve and ranges may vary
 
 
 # === The model ===
@@ -1003,7 +1004,7 @@ def _number(value: object, path: str, domain: Domain = POSITIVE) -> float:
 
 def _accept(value: object, path: str, block: int, budget: int) -> float:
     """A mean accept length: at least 1, at most the smaller of block + 1 (the tree's depth) and budget + 1."""
-    accept = _number(value, path, Domain(1.0, low_open=False))
+    accept = _number(value, path, ACCEPT)
     limit, bound = accept_limit(block, budget)
     if accept > limit:
         raise CalibrationError(
@@ -1077,7 +1078,7 @@ class _Reader:
 
     def accept(self, path: str, value: object, block: int, budget: int) -> float:
         if self.domains is not None:
-            self.domains[path] = Domain(1.0, accept_limit(block, budget)[0], False, False)
+            self.domains[path] = ACCEPT._replace(high=accept_limit(block, budget)[0], high_open=False)
         return _accept(value, path, block, budget)
 
     def flag(self, key: str, default: bool) -> bool:
@@ -1177,7 +1178,7 @@ def _reread_times(curve: _Reader, before: MoeCurve, positions: set[int]) -> MoeC
 def _read_anchors(anchors: _Reader) -> Anchors:
     ar_tok_s, dd = anchors.number("ar_tok_s"), anchors.child("ddtree")
     block, budget = dd.count("block"), dd.count("budget")
-    accept = dd.accept(dd.at("accept"), dd.raw("accept", "a number >= 1"), block, budget)
+    accept = dd.accept(dd.at("accept"), dd.raw("accept", ACCEPT.describe()), block, budget)
     ddtree = DdtreeAnchor(block, budget, accept, dd.number("tok_s"))
     dd.finish()
     measured_on = anchors.string("measured_on", default="") or None
@@ -1237,7 +1238,7 @@ def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
         if not autoregressive:
             block = entry.count("block") if "block" in entry.data else None
             budget = entry.count("budget") if "budget" in entry.data else None
-            accept = entry.number("accept", Domain(1.0, low_open=False))
+            accept = entry.number("accept", ACCEPT)
         tok_s = entry.number("tok_s", THROUGHPUT)
         default_label = f"AR/{pipeline}" if autoregressive else f"{drafter}/{pipeline}@{accept:g}"
         label = entry.string("label", default=default_label)
@@ -1709,7 +1710,7 @@ class ScenarioSpec(NamedTuple):
             if not math.isfinite(accept):
                 raise bad(f"@{shown}: expected an accept length, e.g. @14")
             if accept < 1:  # here, where the text is as typed: @1e-400 is 0 by now
-                raise bad(f"@{shown}: got {_describe(number)}; expected a number >= 1")
+                raise bad(f"@{shown}: got {_describe(number)}; expected {ACCEPT.describe()}")
         return ScenarioSpec(drafter, pipeline, accept)
 
 
@@ -2900,7 +2901,7 @@ class Report(NamedTuple):
     solve: Solution | None
     sensitivity: Sensitivity | None
     sweep: SweepPlan | None
-    warnings: tuple[str, ...]  # inputs that contradict themselves; printed on stderr, the exit status stays 0
+    warnings: tuple[str, ...]  # what the run should say (physical, the band's, the fit's); on stderr, exit 0
     document: object  # the calibration document in force (after --set, --measured, --fit and --solve)
     changed: dict[PathSegments, str]  # each key path an option changed, and the option: "--set KEY.PATH=VALUE"
     original: object  # the document as the file has it, for what an option changed
@@ -3282,17 +3283,18 @@ def drafter_sections(report: Report, style: Style) -> list[Section]:
         Column("x today", lambda r: r.vs_today, ".2f"),
         Column("basis", basis),
     ]
+    current, stronger = ([r for r in rows if r.drafter == d] for d in DRAFTERS)
     dd, sd = cal.anchors.ddtree, cal.stronger_drafter
     return [
         Section(
             "Current drafter",
-            f"Current drafter: block {dd.block}, budget {dd.budget}, verify batch M = {dd.budget + 1}; times in ms",
-            table([r for r in rows if r.drafter == "current"], columns, style),
+            f"Current drafter: block {dd.block}, budget {dd.budget}, verify batch M = {current[0].m}; times in ms",
+            table(current, columns, style),
         ),
         Section(
-            "Stronger drafter", f"Stronger drafter: block {sd.block}, budget {sd.budget}, M = {sd.budget + 1}; "
+            "Stronger drafter", f"Stronger drafter: block {sd.block}, budget {sd.budget}, M = {stronger[0].m}; "
             f"ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}",
-            table([r for r in rows if r.drafter == "stronger"], columns, style),
+            table(stronger, columns, style),
         ),
     ]  # fmt: skip
 
@@ -3518,7 +3520,8 @@ def measurements_section(report: Report, style: Style) -> Section:
 
 
 def sections(report: Report, style: Style) -> list[Section]:
-    """The report's tables, in the order every format prints them: what a design note needs, then the rest."""
+    """The tables a design note needs, in the order every format prints them, before the chart (more_sections:
+    what --all adds after it)."""
     parts = [solve_section(report, style)] if report.solve else []
     parts += [fit_section(report, style)] if report.fit else []
     if report.sweep is not None:
@@ -3894,7 +3897,8 @@ def encoded_once(encode: Callable[[Scenario], str]) -> Callable[[Scenario], str]
 
 
 def render_csv(report: Report, style: Style) -> Iterator[str]:
-    """One row per scenario (per sweep point and scenario when sweeping) with provenance columns; nothing else."""
+    """One row per scenario (per sweep point and scenario when sweeping) with provenance columns; then, when the
+    calibration logs measurements, a blank line and a row per measurement."""
     prov = report.provenance
     provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides),
                   "; ".join(prov.measurements_added)]  # fmt: skip
@@ -4366,14 +4370,14 @@ def _run(argv: list[str]) -> int:
         args = parser.parse_args(argv)
         if args.help or args.version:
             return emit([parser.format_help() if args.help else f"estimate_b300 {__version__}\n"])
-        if args.format in ("table", "markdown") and not args.explain and not _has_tabulate():
+        shows_tables = args.format in ("table", "markdown") and not args.explain
+        if shows_tables and not _has_tabulate():
             say(
                 "estimate_b300: tables and Markdown need tabulate, which is not installed: pip install tabulate, or "
                 "run uv run estimate_b300.py; --format json and --format csv work without it"
             )
             return 1
         _check_usage(args)
-        shows_tables = args.format in ("table", "markdown") and not args.explain
         options = parse_options(args)._replace(headline_band=shows_tables and not args.sweep, sweep_table=shows_tables)
         report = build_report(options)
     except CalibrationError as exc:
