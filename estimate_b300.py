@@ -90,7 +90,7 @@ class CalibrationError(ValueError):
         self.path, self.message, self.file = path, message, file
 
     def __str__(self) -> str:
-        return ": ".join(part for part in (self.file, self.path, self.message) if part)
+        return ": ".join(part for part in (self.file, shortened(self.path), self.message) if part)
 
 
 # === The calibration: typed records that mirror calibration.json ===
@@ -1646,8 +1646,8 @@ def naming(option: str, text: str) -> Iterator[None]:
 
 
 def shortened(text: str) -> str:
-    """A text typed on the command line as a message echoes it: at most 80 characters."""
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A text as a message echoes it (a value typed, a key path): at most 80 characters, both ends kept."""
+    return text if len(text) <= 80 else f"{text[:50]}...{text[-27:]}"
 
 
 def parse_value(text: str) -> object:
@@ -1871,7 +1871,8 @@ def _range(*parts: str) -> tuple[object, ...]:
     except decimal.DecimalException:
         raise CalibrationError("", "expected START:STOP:STEP with three finite numbers") from None
     if steps < 0:
-        raise CalibrationError("", f"a step of {parts[2]} never goes from {parts[0]} to {parts[1]}")
+        step, start, stop = map(shortened, (parts[2], parts[0], parts[1]))
+        raise CalibrationError("", f"a step of {step} never goes from {start} to {stop}")
     values = steps.to_integral_value(decimal.ROUND_FLOOR) + 1  # a Decimal: 1e400 steps stay cheap
     if values > MAX_SWEEP_POINTS:
         count = f"{int(values):,}" if values < 10**12 else f"about {values:.2e}"
@@ -2004,10 +2005,16 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
 
 
 def most_scenarios(cal: Calibration, sweeps: Sequence[Sweep]) -> int:
-    """The most scenarios a point of the sweep may have: each drafter's accept lengths on each pipeline; the
-    most a drafter may list when a sweep may change how many the stronger one has."""
-    reach = any(at_or_inside(("stronger_drafter", "accept"), s.path) for s in sweeps)
-    return len(PIPELINES) * (1 + (MAX_ITEMS["accept"] if reach else len(cal.stronger_drafter.accept)))
+    """The most scenarios a point of the sweep may have: each drafter's accept lengths on each pipeline, the
+    stronger one's the longest list that the calibration or a swept value gives it."""
+    accept = ("stronger_drafter", "accept")
+    lengths = [len(cal.stronger_drafter.accept)]
+    for sweep in (s for s in sweeps if at_or_inside(accept, s.path)):
+        for value in sweep.values:
+            with contextlib.suppress(CalibrationError):  # a value without a list there fails its point's check
+                listed = get_path(value, accept[len(sweep.path) :])
+                lengths += [len(listed)] if isinstance(listed, list) else []
+    return len(PIPELINES) * (1 + min(max(lengths), MAX_ITEMS["accept"]))
 
 
 def _check_chunk(
@@ -2052,7 +2059,7 @@ def _unpacked(data: bytes) -> list[Any]:
 
 def _point_text(values: Iterable[tuple[str, object]]) -> str:
     """A sweep's point as it is typed: a text that would read as a number or other JSON in quotes ("0.3")."""
-    return ", ".join(f"{name}={shortened(_as_typed(value))}" for name, value in values)
+    return ", ".join(shortened(f"{name}={_as_typed(value)}") for name, value in values)
 
 
 def _as_typed(value: object) -> str:
@@ -2757,7 +2764,7 @@ class Solution(NamedTuple):
 def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:
     """A throughput named on the command line (--observed, --measured), as a measurement."""
     accept = "" if spec.accept is None else f"@{_describe(spec.accept)}"
-    text = f"{option} {spec.drafter}/{spec.pipeline}{accept}={tok_s:g}"
+    text = f"{option} {spec.drafter}/{spec.pipeline}{accept}={_describe(tok_s)}"
     if spec.drafter == "ar":
         return Measurement(f"AR/{spec.pipeline}", None, spec.pipeline, None, None, None, tok_s, text, text)
     row = scenario_for(cal, spec, option)
@@ -3060,6 +3067,12 @@ def code_span(text: str) -> str:
 GLUE = "\0"  # a space that Style.wrap does not break at (text that reaches it is printable: it holds none)
 
 
+def _glued(numbers: re.Match[str]) -> str:
+    """A range, 7.7 - 8, that wrapping does not break at its dash; a run of them, 1 - 2 - 3, it may."""
+    text = numbers.group(0)
+    return text.replace(" - ", f"{GLUE}-{GLUE}") if text.count(" - ") == 1 else text
+
+
 class Style(NamedTuple):
     """How the output is laid out: what the command line and the terminal ask for."""
 
@@ -3076,7 +3089,7 @@ class Style(NamedTuple):
             return markdown_text(text)
         import textwrap
 
-        kept = re.sub(r"(?<=\d) - (?=-?\d)", f"{GLUE}-{GLUE}", text)  # a range, 7.7 - 8, is not broken at its dash
+        kept = re.sub(r"\d[\d.]*(?: - -?\d[\d.]*)+", _glued, text)
         lines = textwrap.fill(
             kept, self.width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
         )
@@ -3155,7 +3168,7 @@ def _header_line(report: Report) -> str:
     line = f"estimate_b300 {prov.tool_version}; {file}; overrides: {overrides}"
     line += f"; measured: {', '.join(prov.measurements_added)}" if prov.measurements_added else ""
     if report.solve:
-        line += f"; solved: {report.solve.path} for {report.solve.scenario}={report.solve.observed:g}"
+        line += f"; solved: {report.solve.path} for {report.solve.scenario}={_describe(report.solve.observed)}"
     elif report.fit:
         line += f"; fitted: {', '.join(v.path for v in report.fit.values)}"
     return line
@@ -3974,7 +3987,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         blocks.append((f"Scenario {row.label}", where, list(row.figures.values())))
     versus = {"current": "the current drafter", "autoregressive": "autoregressive decoding"}
     for b in est.break_even:
-        reach = "" if b.reason is None else f"; not reachable: {b.reason}"
+        reach = "" if b.reason is None else f"; {'not reachable: ' if b.accept is None else ''}{b.reason}"
         blocks.append((f"Break-even, {PIPELINE_LABELS[b.pipeline]} versus {versus[b.versus]}", reach, b.figures))
     if est.roofline:
         blocks.append(("Physical cross-check", " (uniform routing)", [f for p in est.roofline for f in p.figures]))
@@ -4166,6 +4179,9 @@ def _check_usage(args: argparse.Namespace) -> None:
          f"{'--explain' if args.explain else f'--format {args.format}'}"),
         (args.sweep and args.sensitivity,
          "--sensitivity and --sweep cannot be combined: --sensitivity studies one calibration, a sweep has many"),
+        (args.sweep and args.measured,
+         "--measured and --sweep cannot be combined: a measurement goes to the track record and --fit, which a sweep "
+         "does not show"),
     ]  # fmt: skip
     for wrong, message in problems:
         if wrong:
@@ -4173,7 +4189,7 @@ def _check_usage(args: argparse.Namespace) -> None:
     if args.format == "table" and not args.explain:
         import tabulate
 
-        args.tablefmt = args.tablefmt or "simple"
+        args.tablefmt = "simple" if args.tablefmt is None else args.tablefmt
         if args.tablefmt not in tabulate.tabulate_formats:
             formats = ", ".join(tabulate.tabulate_formats)
             raise usage_error(f"--tablefmt: unknown format {args.tablefmt!r}; choose from {formats}")
@@ -4198,13 +4214,15 @@ def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
     """--observed and --measured: 'current/native=463' (--measured also takes 'ar/native=201')."""
     label, sep, tok_s_text = text.rpartition("=")
     if not sep:
-        raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"{option} {text}")
+        raise CalibrationError(
+            "", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"{option} {shortened(text)}"
+        )
     with naming(option, text):  # the whole text: 'current/native=415=3' is wrong in its label, as typed
         spec = ScenarioSpec.parse(option, label, autoregressive=option == "--measured")
     tok_s = parse_value(tok_s_text)
     if tok_s not in THROUGHPUT:
         message = f"got {_describe(tok_s)}; expected a positive throughput in tok/s, {THROUGHPUT.describe()}"
-        raise CalibrationError("", message, file=f"{option} {text}")
+        raise CalibrationError("", message, file=f"{option} {shortened(text)}")
     return spec, float(tok_s)
 
 
@@ -4212,32 +4230,31 @@ def parse_options(args: argparse.Namespace) -> Options:
     """The command line's values, parsed: a bad one is a CalibrationError naming its option."""
     observed = parse_throughput("--observed", args.observed) if args.observed else None
     for option, text in [("--solve", args.solve)] * bool(args.solve) + [("--fit", p) for p in args.fit]:
-        try:
+        with naming(option, text):
             parse_path(text)
-        except CalibrationError as exc:
-            exc.file = f"{option} {text}"
-            raise
     sweeps = tuple(parse_sweep(text) for text in args.sweep)
     for s in sweeps:  # a logged measurement or a range moves no scenario, and a sweep shows only scenarios
         if s.path[0] in ("measurements", "ranges"):  # (what --measured added is in the first, and would go unseen)
             what = "a logged measurement" if s.path[0] == "measurements" else "a range (for the band and --sensitivity)"
             raise CalibrationError(
                 format_path(s.path), f"{what} moves no scenario, and a sweep shows only scenarios; "
-                "expected a key the estimate reads", file=f"--sweep {s.text}",
+                "expected a key the estimate reads", file=f"--sweep {shortened(s.text)}",
             )  # fmt: skip
     overrides = tuple(parse_override(text) for text in args.set)
     for earlier, later in itertools.combinations(overrides, 2):
         if at_or_inside(earlier.path, later.path):  # the later --set replaces it: it would show, unused
             clash = "is set twice" if earlier.path == later.path else f"lies inside {format_path(later.path)}"
             raise CalibrationError(
-                "", f"{format_path(earlier.path)} {clash}, and --set {later.text} replaces it; expected each key once",
-                file=f"--set {earlier.text}",
+                "", f"{format_path(earlier.path)} {clash}, and --set {shortened(later.text)} replaces it; expected "
+                "each key once", file=f"--set {shortened(earlier.text)}",
             )  # fmt: skip
     for o, s in itertools.product(overrides, sweeps):
         if at_or_inside(o.path, s.path):  # the sweep sets it at every point: the --set would show, unused
             clash = "is swept too" if o.path == s.path else f"lies inside {format_path(s.path)}, which is swept"
             raise CalibrationError(
-                "", f"{format_path(o.path)} {clash}; expected a key either set or swept", file=f"--set {o.text}"
+                "",
+                f"{format_path(o.path)} {clash}; expected a key either set or swept",
+                file=f"--set {shortened(o.text)}",
             )
     for outer, inner in itertools.permutations((s.path for s in sweeps), 2):
         if at_or_inside(inner, outer):  # the outer value's points would set the inner one, whatever its column said
@@ -4386,7 +4403,13 @@ def _run(argv: list[str]) -> int:
     for warning in report.warnings:
         say(f"estimate_b300: warning: {warning}")
     ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), _stdout_encoding())
-    style = Style(args.tablefmt or "simple", max(columns, 80), 0 if args.no_chart else columns, ascii_only, args.all)
+    style = Style(
+        args.tablefmt if args.tablefmt is not None else "simple",
+        max(columns, 80),
+        0 if args.no_chart else columns,
+        ascii_only,
+        args.all,
+    )
     chunks = (render_explain if args.explain else RENDERERS[args.format])(report, style)
     if args.format not in ("json", "csv"):  # JSON and CSV escape their cells; text is escaped here
         chunks = map(printable_lines, chunks)

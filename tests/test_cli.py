@@ -81,6 +81,8 @@ def test_unknown_tablefmt_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
     run = run_main(capsys, "--tablefmt", "nosuch")
     assert run.code == 2 and run.out == ""
     assert "--tablefmt: unknown format 'nosuch'" in run.err and "github" in run.err
+    empty = run_main(capsys, "--tablefmt=")
+    assert empty.code == 2 and "--tablefmt: unknown format ''" in empty.err  # not the default, unseen
 
 
 @pytest.mark.parametrize(

@@ -89,12 +89,16 @@ def test_a_value_outside_its_range_is_named_beside_the_band(capsys: pytest.Captu
     assert "The band spans the ranges" not in flat(run_main(capsys).out)
 
 
-def test_a_range_is_not_broken_at_its_dash() -> None:
+def test_a_range_is_not_broken_at_its_dash(capsys: pytest.CaptureFixture[str]) -> None:
     """At 80 columns "outside 7.7 - 8." fell at the end of a line, and "7.7 -" read as a minus."""
     run = run_script("--solve", "hardware.target.mem_bandwidth_tb_s", "--observed", "current/native=450")
     lines = run.out.splitlines()
     assert "  7.7 - 8." in lines and not any(line.endswith(" -") for line in lines)
     assert max(map(len, lines)) <= 80
+    doc = default_doc()
+    doc["sglang"]["max_budget_source"] = "runs " + " - ".join(map(str, range(1, 40)))  # a run of dashes may break
+    run = run_main(capsys, "--set", f"sglang={json.dumps(doc['sglang'])}")
+    assert run.code == 0 and max(map(len, run.out.splitlines())) <= 80
 
 
 def test_a_markdown_note_lists_the_ranges_its_band_spans(capsys: pytest.CaptureFixture[str]) -> None:

@@ -170,6 +170,8 @@ def test_the_provenance_line_says_what_was_measured_and_fitted_or_solved(capsys:
     rows = list(csv.DictReader(io.StringIO(run_main(capsys, *args[:2], "--format", "csv").out.split("\n\n")[0])))
     assert {r["measurements_added"] for r in rows} == {"current/native=415"}
     assert "; measured:" not in run_main(capsys).out.splitlines()[0]
+    typed = run_main(capsys, "--measured", "current/native=415.123456", "--format", "json").json()["provenance"]
+    assert typed["measurements_added"] == ["current/native=415.123456"]  # as typed, not to 6 digits
     assert run_main(capsys, "--format", "json").json()["provenance"]["measurements_added"] == []
 
 

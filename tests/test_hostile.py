@@ -220,6 +220,11 @@ def test_an_output_encoding_that_cannot_write_text() -> None:
         ["--sweep", f"anchors.ar_tok_s={'x' * 100_000}"],
         ["--measured", f"current/native@{'x' * 100_000}=400"],
         ["--sweep", "anchors.ar_tok_s=1,2", "--set", f"anchors.ddtree.tok_s={'x' * 100_000}"],
+        ["--measured", f"current/native={'x' * 100_000}"],
+        ["--fit", f"native_engine.{'x' * 100_000}", "--measured", "current/native=400"],
+        ["--sweep", f"stronger_drafter.{'x' * 100_000}=1"],
+        ["--set", f"hardware.target.name={'x' * 100_000}", "--set", "hardware.target={}"],
+        ["--sweep", f"native_engine.overhead_cut={'9' * 5000}:1:1"],
     ],
 )
 def test_a_long_value_is_echoed_shortened(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
@@ -352,7 +357,8 @@ def test_a_key_given_twice(capsys: pytest.CaptureFixture[str], write_calibration
     assert time.perf_counter() - start < 2  # the check is one pass, not a count of each key again
     deep = '{"a": ' + "[" * 900 + "[]," * 100_000 + '{"x": 1, "x": 2}' + "]" * 900 + "}"  # 100,000 lists, 900 deep
     many = '{"a": [' + ",".join(['{"b": 1, "b": 2}'] * 200_000) + "]}"  # 200,000 objects with a key twice
-    for text, named in ((deep, "a" + "[0]" * 899 + "[100000].x: appears"), (many, "a[0].b: appears")):
+    long_path = "a" + "[0]" * 899 + "[100000].x"  # named by both its ends, as every path past 80 characters is
+    for text, named in ((deep, f"{long_path[:50]}...{long_path[-27:]}: appears"), (many, "a[0].b: appears")):
         start = time.perf_counter()
         assert_clean_error(run_main(capsys, "--calibration", str(write_calibration(text))), named)
         assert time.perf_counter() - start < 2  # a key path is made for the one object the error names
@@ -474,9 +480,8 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
          "--observed current/native=415=3: expected DRAFTER/PIPELINE[@ACCEPT]"),
         (["--solve", "native_engine.overhead_cut", "--observed", "current/native@9.0000001=415"],
          "--observed current/native@9.0000001: @9.0000001: 9.0000001 exceeds the tree's limit budget+1 = 9"),
-        (["--sweep", "stronger_drafter.block=16,4", "--set", "stronger_drafter.accept=[3]", "--measured",
-          "stronger/native@14=900"], "with --measured stronger/native@14=900 at --sweep stronger_drafter.block=4: "
-         "measurements[0].accept: 14 exceeds the tree's limit block+1 = 5"),
+        (["--sweep", "stronger_drafter.block=16,4", "--measured", "stronger/native@14=900"],
+         "usage: --measured and --sweep cannot be combined: a measurement goes to the track record and --fit"),
         (["--set", "ranges.native_engine.overhead_cut.relative=0.1"],
          "ranges.native_engine.overhead_cut.low: a range is {low, high} or {relative}, not both"),
         (["--set", "ranges.moe_curve.points[1].ms.relative=0.2"],
@@ -715,7 +720,8 @@ def test_a_swept_text_that_reads_as_a_number_is_told_in_quotes(capsys: pytest.Ca
     assert named.code == 0 and "(the first at hardware.target.name=H200)" in named.err
     deep = "[" * 33 + "]" * 33  # too deep for a value, so a text: typed back in quotes, it is one
     run = run_main(capsys, "--sweep", f'native_engine.overhead_cut="{deep}"')
-    assert_clean_error(run, f'at --sweep native_engine.overhead_cut="{deep}": ')
+    typed = f'native_engine.overhead_cut="{deep}"'
+    assert_clean_error(run, f"at --sweep {typed[:50]}...{typed[-27:]}: ")  # in quotes, both ends kept
     run = run_main(capsys, "--sweep", 'native_engine.overhead_cut="\\"é\\""')
     assert_clean_error(run, 'at --sweep native_engine.overhead_cut="\\"é\\"": ')
 

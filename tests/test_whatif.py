@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import assert_clean_error, counting, default_doc, default_estimate, find, flat, on_cpus, run_main
+from conftest import ROOT, assert_clean_error, counting, default_doc, default_estimate, find, flat, on_cpus, run_main
 
 import estimate_b300 as eb
 
@@ -121,7 +121,8 @@ def test_a_range_on_a_curve_point_is_set_and_swept_by_its_key(
     assert (row["low"], row["high"]) == pytest.approx((8.85 * 0.8, 8.85 * 1.2), rel=1e-12)
     run = run_main(capsys, "--calibration", path, "--sweep", "ranges.moe_curve.points[1].ms.relative=0.1,0.3")
     assert_clean_error(run, "ranges.moe_curve.points[1].ms.relative: a range (for the band and --sensitivity) moves no")
-    run = run_main(capsys, "--measured", "current/native=420", "--sweep", "measurements[0].tok_s=400,410")
+    run = run_main(capsys, "--calibration", str(ROOT / "tests/data/measured.json"), "--sweep",
+                   "measurements[0].tok_s=400,410")  # fmt: skip
     told = "measurements[0].tok_s: a logged measurement moves no scenario, and a sweep shows only scenarios"
     assert_clean_error(run, f"--sweep measurements[0].tok_s=400,410: {told}; expected a key the estimate reads")
 
@@ -336,8 +337,8 @@ def test_a_sweep_is_bounded_by_its_scenarios_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, write_calibration: Callable[..., Path]
 ) -> None:
     """A point of 64 accept lengths has 130 scenarios: at most 7,692 such points, and a worker takes 61 at a time,
-    so that what it holds at once (a chunk's JSON) stays the size of 1,000 points of 8. A sweep that may change how
-    many accept lengths there are is counted at the most a drafter may list."""
+    so that what it holds at once (a chunk's JSON) stays the size of 1,000 points of 8. A sweep of accept lists is
+    counted at the longest it gives."""
     doc = default_doc()
     doc["stronger_drafter"]["accept"] = [4.0 + i * 0.2 for i in range(64)]
     path = str(write_calibration(doc))
@@ -348,9 +349,15 @@ def test_a_sweep_is_bounded_by_its_scenarios_too(
     plan = eb.plan_sweep(doc, cal, [sweep], "x")
     assert (plan.size, plan.chunk, len(plan.held)) == (7692, 61, 127)
     shipped = default_doc()
-    accepts = eb.parse_sweep("stronger_drafter.accept=[12],[14]")
-    assert eb.most_scenarios(eb.parse_calibration(shipped), [sweep]) == 8
-    assert eb.most_scenarios(eb.parse_calibration(shipped), [accepts]) == 130
+    cal = eb.parse_calibration(shipped)
+    assert eb.most_scenarios(cal, [sweep]) == 8
+    assert eb.most_scenarios(cal, [eb.parse_sweep("stronger_drafter.accept=[12],[14]")]) == 8  # 3 in the file
+    assert eb.most_scenarios(cal, [eb.parse_sweep("stronger_drafter.accept=[12],[10,12,14,16,17]")]) == 12
+    whole = eb.parse_sweep('stronger_drafter={"accept": [10, 11, 12, 13, 14, 15, 16, 17]},3')
+    assert eb.most_scenarios(cal, [whole]) == 18  # a value without a list there fails its own point
+    lists, cuts = "stronger_drafter.accept=[12,14,16],[13,15,17]", "native_engine.overhead_cut=0:0.3999:0.0001"
+    csv = run_main(capsys, "--sweep", lists, "--sweep", cuts, "--format", "csv").out
+    assert csv.count("\n") == 1 + 8000 * 8  # 8,000 points, past the 7,692 a count of 130 a point allowed
 
 
 # --- Sensitivity and the band -------------------------------------------------------------
@@ -606,6 +613,9 @@ def test_a_break_even_below_1_says_the_stronger_drafter_is_ahead_at_any_accept(
     assert row["accept"] == pytest.approx(133 * row["stronger_step_ms"] / 1000) and row["accept"] < 1
     assert row["reason"] == "below 1, the least there is: ahead at any accept"
     assert all((b["reason"] is None) == (b["accept"] >= 1) for b in rows)
+    explained = run_main(capsys, *args, "--explain").out
+    assert "Break-even, SGLang versus autoregressive decoding; below 1, the least there is: ahead at any" in explained
+    assert "not reachable" not in explained  # it is reached at every accept
 
 
 def test_break_even_marks_a_pipeline_that_cannot_run_the_stronger_tree(capsys: pytest.CaptureFixture[str]) -> None:
