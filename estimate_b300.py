@@ -1871,8 +1871,8 @@ def _range(*parts: str) -> tuple[object, ...]:
     except decimal.DecimalException:
         raise CalibrationError("", "expected START:STOP:STEP with three finite numbers") from None
     if steps < 0:
-        step, start, stop = map(shortened, (parts[2], parts[0], parts[1]))
-        raise CalibrationError("", f"a step of {step} never goes from {start} to {stop}")
+        typed = [shortened(part) for part in parts]
+        raise CalibrationError("", f"a step of {typed[2]} never goes from {typed[0]} to {typed[1]}")
     values = steps.to_integral_value(decimal.ROUND_FLOOR) + 1  # a Decimal: 1e400 steps stay cheap
     if values > MAX_SWEEP_POINTS:
         count = f"{int(values):,}" if values < 10**12 else f"about {values:.2e}"
