@@ -2118,26 +2118,39 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
                                          "(the shipped calibration.json has ranges to copy)")  # fmt: skip
     paths = [parse_path(r.path) for r in cal.ranges]
 
-    def tok_s(changes: Iterable[Change]) -> float:
-        changes = list(changes)
+    def estimate_at(
+        corner: Sequence[Change],
+        start: tuple[object, Calibration] = (doc, cal),
+        changes: Sequence[Change] | None = None,
+    ) -> tuple[float, tuple[object, Calibration]]:
+        """tok/s with the range ends of `corner`, reached from `start` by `changes` (by default all of the corner),
+        and the calibration there; an error names the whole corner."""
         try:
-            return scenario_for(recalibrate(doc, cal, changes)[1], spec, "--scenario", place).tok_s
+            moved = recalibrate(*start, corner if changes is None else changes)
+            return scenario_for(moved[1], spec, "--scenario", place).tok_s, moved
         except CalibrationError as exc:
-            at = ", ".join(f"{format_path(p)}={_value_text(v)}" for p, v in changes)
+            at = ", ".join(f"{format_path(p)}={_value_text(v)}" for p, v in corner)
             raise CalibrationError(
                 "ranges", f"at {at} the calibration fails ({exc.path}: {exc.message}); expected ranges it can use"
             ) from None
 
     rows = [
-        SensitivityRow(r.path, r.low, r.high, tok_s([(p, r.low)]), tok_s([(p, r.high)]), number_at(doc, p), r.source)
+        SensitivityRow(r.path, r.low, r.high, estimate_at([(p, r.low)])[0], estimate_at([(p, r.high)])[0],
+                       number_at(doc, p), r.source)
         for r, p in zip(cal.ranges, paths, strict=True)
-    ]
+    ]  # fmt: skip
     ends = [(r.low, r.high) for r in cal.ranges]
     corners: list[Sequence[float]] = list(itertools.product(*ends))
     if not every_corner:  # the ends that raise the estimate, and those that lower it
         up = [row.tok_s_at_high >= row.tok_s_at_low for row in rows]
         corners = [[end[u] for end, u in zip(ends, up, strict=True)] for up in (up, [not u for u in up])]
-    band = [tok_s(zip(paths, ends, strict=True)) for ends in corners]
+    band, start = [], (doc, cal)
+    before: Sequence[float | None] = [None] * len(paths)
+    for at in corners:  # each from the one before, which in this order it differs from in an end or two, mostly
+        corner = list(zip(paths, at, strict=True))
+        tok_s, start = estimate_at(corner, start, [c for c, end in zip(corner, before, strict=True) if c[1] != end])
+        band.append(tok_s)
+        before = at
     return Sensitivity(
         base.label, base.tok_s, tuple(sorted(rows, key=lambda row: -row.swing)), min(band), max(band), len(band)
     )

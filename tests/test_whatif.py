@@ -363,6 +363,20 @@ def test_a_sweep_is_bounded_by_its_scenarios_too(
 # --- Sensitivity and the band -------------------------------------------------------------
 
 
+def test_each_corner_of_the_band_is_what_the_calibration_gives_there() -> None:
+    """The band reaches each corner from the one before; at every corner that is the estimate made afresh."""
+    doc = default_doc()
+    doc["ranges"] |= {f"moe_curve.points[{i}].ms": {"relative": 0.2, "source": "x"} for i in (1, 2)}
+    cal = eb.parse_calibration(doc)
+    spec = eb.ScenarioSpec("stronger", "native", None)
+    ends = [[(eb.parse_path(r.path), end) for end in (r.low, r.high)] for r in cal.ranges or ()]
+    afresh = [eb.scenario_for(eb.recalibrate(doc, cal, list(c))[1], spec, "--scenario").tok_s
+              for c in itertools.product(*ends)]  # fmt: skip
+    band = eb.sensitivity(doc, cal, spec)
+    assert band.combinations == len(afresh) == 256
+    assert (band.tok_s_min, band.tok_s_max) == (min(afresh), max(afresh))  # exactly: the same arithmetic
+
+
 def test_default_sensitivity(capsys: pytest.CaptureFixture[str]) -> None:
     """stronger/native@14 (the median of 12, 14, 16). overhead_cut 0.2 -> 786.2, 0.6 -> 1201.3 tok/s."""
     sens = run_main(capsys, "--sensitivity", "--format", "json").json()["sensitivity"]
