@@ -2364,19 +2364,7 @@ def fit(
         values, stop = _levenberg_marquardt(residuals, begin, r_begin, ends, columns, past_budget)
         method = "least squares of ln tok/s (Levenberg-Marquardt)"
     loo: list[float | None] = [None] * len(measurements)
-    warnings = []
-    if stop == "wall":
-        warnings.append(
-            f"{option}: the fit stopped where the calibration stops holding, not at a minimum: one step on, "
-            f"{failed[-1].path}: {failed[-1].message}; the measurements pull the values past what the model can take"
-        )
-    if stop in ("steps", "budget"):
-        where = f"after {FIT_STEPS} steps" if stop == "steps" else f"past its budget of {MAX_FIT_EVALUATIONS:,}"
-        warnings.append(
-            f"{option}: the fit stopped {where}{EVALUATIONS if stop == 'budget' else ''}, still lowering the cost: "
-            "the values are where it stopped, not at a minimum; the measurements may leave a value free to run off "
-            "(fit fewer values)"
-        )
+    warnings = [_stop_warning(stop, failed[-1] if failed else None, option)] if stop != "minimum" else []
     after = predictions(calibrated(values), measurements)  # the fit only moves to values where the calibration holds
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
         r_full = [p.residual for p in after]
@@ -2437,25 +2425,47 @@ def fit(
         FitValue(name, value, before, ranges.get(name), domain)
         for name, value, before, domain in zip(names, values, start, domains, strict=True)
     )
+    warnings += _value_warnings(fit_values, option)
+    return Fit(fit_values, before, after, tuple(loo), tuple(roots), method, tuple(warnings))
+
+
+def _stop_warning(stop: "Stop", failed: CalibrationError | None, option: str) -> str:
+    """Why a least squares stopped short of a minimum: at a wall of the calibration, or out of steps or budget."""
+    if stop == "wall" and failed:
+        return (
+            f"{option}: the fit stopped where the calibration stops holding, not at a minimum: one step on, "
+            f"{failed.path}: {failed.message}; the measurements pull the values past what the model can take"
+        )
+    where = f"after {FIT_STEPS} steps" if stop == "steps" else f"past its budget of {MAX_FIT_EVALUATIONS:,}"
+    return (
+        f"{option}: the fit stopped {where}{EVALUATIONS if stop == 'budget' else ''}, still lowering the cost: "
+        "the values are where it stopped, not at a minimum; the measurements may leave a value free to run off "
+        "(fit fewer values)"
+    )
+
+
+def _value_warnings(fit_values: Sequence[FitValue], option: str) -> list[str]:
+    """What a value found says of itself: outside its range, far from its value before with no range to hold it
+    to (10 times it or a tenth), or on the edge of what it may take."""
     found = "solved" if option == "--solve" else "fitted"
-    warnings += [
+    outside = [
         f"{option} {v.path}: the {found} value {v.text} lies outside its range in the calibration, {r.low:g} to "
         f"{r.high:g} ({r.source}); the measurements and that assumption disagree"
         for v in fit_values if (r := v.range) and not r.low <= v.value <= r.high
     ]  # fmt: skip
-    warnings += [  # with no range to hold it to, a value that moved by an order of magnitude or more
+    far = [
         f"{option} {v.path}: the {found} value {v.text} is {_times(v.value / v.previous)} the value before, "
-        f"{v.previous_text}, and the calibration has no range to say what is plausible; the measurements and the model "
-        "disagree, or the value lies far from what was assumed"
+        f"{v.previous_text}, and the calibration has no range to say what is plausible; the measurements and the "
+        "model disagree, or the value lies far from what was assumed"
         for v in fit_values
         if v.range is None and v.value * v.previous > 0
         and not 1 / FAR_FROM_BEFORE < v.value / v.previous < FAR_FROM_BEFORE
     ]  # fmt: skip
-    warnings += [
-        f"{option} {v.path}: {v.text} lies on the edge of the values it may take ({d.describe()})"
-        for v, d in zip(fit_values, domains, strict=True) if _at_edge(v.value, d)
+    edge = [
+        f"{option} {v.path}: {v.text} lies on the edge of the values it may take ({v.domain.describe()})"
+        for v in fit_values if _at_edge(v.value, v.domain)
     ]  # fmt: skip
-    return Fit(fit_values, before, after, tuple(loo), tuple(roots), method, tuple(warnings))
+    return outside + far + edge
 
 
 def _times(ratio: float) -> str:
