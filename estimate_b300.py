@@ -3489,7 +3489,7 @@ def solve_section(report: Report, style: Style) -> Section:
     assert sol is not None
     title = (
         f"Solved: {sol.path} = {sol.text} (was {sol.previous_text}) brings {sol.scenario} to the observed "
-        f"{sol.observed:g} tok/s; {sol.method}. Every figure below uses it."
+        f"{_describe(sol.observed)} tok/s; {sol.method}. Every figure below uses it."
     )
     others = ", ".join(number_text(v, sol.domain) for v in sol.other_values)
     return Section(
@@ -4030,7 +4030,8 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     out += [f"  {i.name} = {figure_text(i)} ({path})" for path, i in inputs.items()]
     if report.solve:
         sol = report.solve
-        out.append(f"  {sol.path} = {sol.text}: solved so that {sol.scenario} = {sol.observed:g} tok/s ({sol.method})")
+        observed = _describe(sol.observed)  # as typed
+        out.append(f"  {sol.path} = {sol.text}: solved so that {sol.scenario} = {observed} tok/s ({sol.method})")
     if report.fit:
         out += [
             f"  {v.path} = {v.text}: fitted to {len(report.fit.before)} measurements, was {v.previous_text} "
