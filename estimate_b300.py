@@ -1542,6 +1542,11 @@ def format_path(segments: PathSegments) -> str:
     return text
 
 
+def key_text(segments: PathSegments) -> str:
+    """A key path as a message names it: shortened past 80 characters, as everything a message echoes."""
+    return shortened(format_path(segments))
+
+
 def _descend(node: object, segments: PathSegments, i: int) -> tuple[str | int, int]:
     """The key at segments[i] within node, and the index after it.
 
@@ -1593,7 +1598,9 @@ def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> 
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
-        raise CalibrationError(format_path(segments[:i]), f"is {_kind(doc)}, not an object with key {key!r}")
+        raise CalibrationError(
+            format_path(segments[:i]), f"is {_kind(doc)}, not an object with key {shortened(repr(key))}"
+        )
     if key not in doc and after < len(segments) and isinstance(segments[after], int):  # no list to take [N] from
         if segments[0] == "ranges" and (i == 1 or not doc):  # not in a range that is there: the whole path names one
             raise CalibrationError(
@@ -2009,7 +2016,8 @@ def most_scenarios(cal: Calibration, sweeps: Sequence[Sweep]) -> int:
     stronger one's the longest list that the calibration or a swept value gives it."""
     accept = ("stronger_drafter", "accept")
     lengths = [len(cal.stronger_drafter.accept)]
-    for sweep in (s for s in sweeps if at_or_inside(accept, s.path)):
+    for sweep in (s for s in sweeps if at_or_inside(accept, s.path)):  # its values replace the list at every point
+        lengths = [1]
         for value in sweep.values:
             with contextlib.suppress(CalibrationError):  # a value without a list there fails its point's check
                 listed = get_path(value, accept[len(sweep.path) :])
@@ -2711,8 +2719,8 @@ def _roots(
             value = v0 + (1 / m.tok_s - i0) / slope
             if value not in domain:
                 raise CalibrationError(
-                    name, f"{m.label} reaches {m.tok_s:g} tok/s only at {number_text(value, domain)}, outside the "
-                    f"values it may take ({domain.describe()})", file=option,
+                    name, f"{m.label} reaches {_describe(m.tok_s)} tok/s only at {number_text(value, domain)}, outside "
+                    f"the values it may take ({domain.describe()})", file=option,
                 )  # fmt: skip
             if (g := gap(value)) is not None and abs(g) <= 1e-9:
                 return [value], "closed form (the step is linear in it)"
@@ -2941,7 +2949,7 @@ def build_report(options: Options) -> Report:
     """Load, override, fit, estimate and analyse: everything a run does except printing."""
     path = options.calibration or default_calibration_path()
     file = options.calibration or display_name(path)
-    label = file + "".join(f" with --set {shortened(o.text)}" for o in options.overrides)
+    label = shortened(file) + "".join(f" with --set {shortened(o.text)}" for o in options.overrides)
     found_by = "--solve" if options.solve else "--fit"  # the option that finds values from measurements
     try:
         original, digest = read_document(path)
@@ -4107,8 +4115,8 @@ not be written, memory ran out, or an internal error; 130 interrupted (Ctrl-C)."
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error raised as one line rather than printed with the usage block."""
 
-    def error(self, message: str) -> NoReturn:
-        raise usage_error(message)
+    def error(self, message: str) -> NoReturn:  # a long value it quotes ('qqq...'), shortened as every message's
+        raise usage_error(re.sub(r"'([^']{81,})'", lambda quoted: f"'{shortened(quoted[1])}'", message))
 
 
 class _Once(argparse.Action):
@@ -4216,7 +4224,7 @@ def _check_usage(args: argparse.Namespace) -> None:
         args.tablefmt = "simple" if args.tablefmt is None else args.tablefmt
         if args.tablefmt not in tabulate.tabulate_formats:
             formats = ", ".join(tabulate.tabulate_formats)
-            raise usage_error(f"--tablefmt: unknown format {args.tablefmt!r}; choose from {formats}")
+            raise usage_error(f"--tablefmt: unknown format {shortened(repr(args.tablefmt))}; choose from {formats}")
         sample = tabulate.tabulate([["x"]], headers=["x"], tablefmt=args.tablefmt)
         encoding = "ascii" if args.ascii else _stdout_encoding()
         if _encodes("x", encoding) and not _encodes(sample, encoding):  # one that encodes nothing fails on output
@@ -4245,7 +4253,9 @@ def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
         spec = ScenarioSpec.parse(option, label, autoregressive=option == "--measured")
     tok_s = parse_value(tok_s_text)
     if tok_s not in THROUGHPUT:
-        message = f"got {_describe(tok_s)}; expected a positive throughput in tok/s, {THROUGHPUT.describe()}"
+        underflow = isinstance(tok_s, float) and tok_s == 0  # 1e-400 is named as typed, not as the 0 it reads as
+        got = shortened(tok_s_text.strip()) if underflow else _describe(tok_s)
+        message = f"got {got}; expected a positive throughput in tok/s, {THROUGHPUT.describe()}"
         raise CalibrationError("", message, file=f"{option} {shortened(text)}")
     return spec, float(tok_s)
 
@@ -4267,25 +4277,23 @@ def parse_options(args: argparse.Namespace) -> Options:
     overrides = tuple(parse_override(text) for text in args.set)
     for earlier, later in itertools.combinations(overrides, 2):
         if at_or_inside(earlier.path, later.path):  # the later --set replaces it: it would show, unused
-            clash = "is set twice" if earlier.path == later.path else f"lies inside {format_path(later.path)}"
+            clash = "is set twice" if earlier.path == later.path else f"lies inside {key_text(later.path)}"
             raise CalibrationError(
-                "", f"{format_path(earlier.path)} {clash}, and --set {shortened(later.text)} replaces it; expected "
-                "each key once", file=f"--set {shortened(earlier.text)}",
+                "", f"{key_text(earlier.path)} {clash}, and --set {shortened(later.text)} replaces it; expected each "
+                "key once", file=f"--set {shortened(earlier.text)}",
             )  # fmt: skip
     for o, s in itertools.product(overrides, sweeps):
         if at_or_inside(o.path, s.path):  # the sweep sets it at every point: the --set would show, unused
-            clash = "is swept too" if o.path == s.path else f"lies inside {format_path(s.path)}, which is swept"
+            clash = "is swept too" if o.path == s.path else f"lies inside {key_text(s.path)}, which is swept"
             raise CalibrationError(
-                "",
-                f"{format_path(o.path)} {clash}; expected a key either set or swept",
-                file=f"--set {shortened(o.text)}",
+                "", f"{key_text(o.path)} {clash}; expected a key either set or swept", file=f"--set {shortened(o.text)}"
             )
     for outer, inner in itertools.permutations((s.path for s in sweeps), 2):
         if at_or_inside(inner, outer):  # the outer value's points would set the inner one, whatever its column said
             clash = "is swept twice; expected each key once" if inner == outer else (
-                f"lies inside {format_path(outer)}, which is swept too; expected keys apart (its values set this one)"
+                f"lies inside {key_text(outer)}, which is swept too; expected keys apart (its values set this one)"
             )  # fmt: skip
-            raise CalibrationError("", f"{format_path(inner)} {clash}", file="--sweep")
+            raise CalibrationError("", f"{key_text(inner)} {clash}", file="--sweep")
     return Options(
         calibration=args.calibration,
         overrides=overrides,

@@ -225,13 +225,19 @@ def test_an_output_encoding_that_cannot_write_text() -> None:
         ["--sweep", f"stronger_drafter.{'x' * 100_000}=1"],
         ["--set", f"hardware.target.name={'x' * 100_000}", "--set", "hardware.target={}"],
         ["--sweep", f"native_engine.overhead_cut={'9' * 5000}:1:1"],
+        ["--set", f"native_engine.{'k' * 300}=1", "--set", f"native_engine.{'k' * 300}=2"],
+        ["--set", f"native_engine.{'k' * 300}=1", "--sweep", "native_engine=1,2"],
+        ["--set", f"native_engine.overhead_cut.{'k' * 300}=1"],
+        ["--tablefmt", "q" * 5000],
+        ["--format", "q" * 5000],
+        ["--calibration", "q" * 5000],
     ],
 )
 def test_a_long_value_is_echoed_shortened(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     """A 100 KB value once made a 100 KB line on stderr, and an @ACCEPT one of 200 KB."""
     run = run_main(capsys, *args)
     assert_clean_error(run)
-    assert len(run.err) < 400 and "..." in run.err
+    assert len(run.err) < 600 and "..." in run.err  # --tablefmt's lists every format: 450 characters
 
 
 @pytest.mark.parametrize("args", [[], ["--format", "json"], ["--explain"]])
@@ -482,6 +488,9 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
          "--observed current/native@9.0000001: @9.0000001: 9.0000001 exceeds the tree's limit budget+1 = 9"),
         (["--sweep", "stronger_drafter.block=16,4", "--measured", "stronger/native@14=900"],
          "usage: --measured and --sweep cannot be combined: a measurement goes to the track record and --fit"),
+        (["--solve", "native_engine.overhead_cut", "--observed", "current/native=5000.123456"],
+         "current/native@4.4 reaches 5000.123456 tok/s only at 1.08869"),  # as typed, not 5000.12
+        (["--solve", "native_engine.overhead_cut", "--observed", "current/native=1e-400"], "got 1e-400; expected"),
         (["--set", "ranges.native_engine.overhead_cut.relative=0.1"],
          "ranges.native_engine.overhead_cut.low: a range is {low, high} or {relative}, not both"),
         (["--set", "ranges.moe_curve.points[1].ms.relative=0.2"],

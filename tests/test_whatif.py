@@ -351,10 +351,12 @@ def test_a_sweep_is_bounded_by_its_scenarios_too(
     shipped = default_doc()
     cal = eb.parse_calibration(shipped)
     assert eb.most_scenarios(cal, [sweep]) == 8
-    assert eb.most_scenarios(cal, [eb.parse_sweep("stronger_drafter.accept=[12],[14]")]) == 8  # 3 in the file
+    assert eb.most_scenarios(cal, [eb.parse_sweep("stronger_drafter.accept=[12],[14]")]) == 4  # not the file's 3
     assert eb.most_scenarios(cal, [eb.parse_sweep("stronger_drafter.accept=[12],[10,12,14,16,17]")]) == 12
     whole = eb.parse_sweep('stronger_drafter={"accept": [10, 11, 12, 13, 14, 15, 16, 17]},3')
     assert eb.most_scenarios(cal, [whole]) == 18  # a value without a list there fails its own point
+    long = eb.parse_calibration(doc)  # 64 accept lengths, which a sweep of the list replaces at every point
+    assert eb.most_scenarios(long, [eb.parse_sweep("stronger_drafter.accept=[12],[14]")]) == 4
     lists, cuts = "stronger_drafter.accept=[12,14,16],[13,15,17]", "native_engine.overhead_cut=0:0.3999:0.0001"
     csv = run_main(capsys, "--sweep", lists, "--sweep", cuts, "--format", "csv").out
     assert csv.count("\n") == 1 + 8000 * 8  # 8,000 points, past the 7,692 a count of 130 a point allowed
