@@ -104,7 +104,10 @@ def test_a_range_is_not_broken_at_its_dash(capsys: pytest.CaptureFixture[str]) -
 def test_a_markdown_note_lists_the_ranges_its_band_spans(capsys: pytest.CaptureFixture[str]) -> None:
     """The headline quotes a band, so the assumptions list what it spans: each range's ends in force, and its source."""
     lines = run_main(capsys, "--format", "markdown", "--set", "ranges.anchors.ar_tok_s.relative=0.05").out.splitlines()
-    heading = "- `ranges`: what-if ranges for --sensitivity; each end is a plausible value, not a confidence bound"
+    heading = (
+        "- `ranges`: what-if ranges for the headline's band and --sensitivity; each end is a plausible value, not a "
+        "confidence bound"
+    )
     at = lines.index(heading)
     assert lines[at + 1] == (
         "  - `native_engine.overhead_cut` from 0.2 to 0.6: assumed: the native engine's cut is a design target, "
