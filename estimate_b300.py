@@ -666,7 +666,7 @@ def break_even(cal: Calibration, dec: Decomposition, rows: tuple[Scenario, ...])
             if needed.value > limit:
                 reason, accept = f"it would need accept {needed.value:.3g}, above the tree's limit {bound}", None
             elif needed.value < 1:  # every step commits at least the one token it grows from
-                reason = "below 1, the least there is: ahead at any accept"
+                reason = "below 1: ahead at any accept"
             result.append(BreakEven(pipeline, versus, accept, rival.value, reason, strong.step_ms,
                                     (*derivation(rival), needed)))  # fmt: skip
     return tuple(result)

@@ -627,10 +627,10 @@ def test_a_break_even_below_1_says_the_stronger_drafter_is_ahead_at_any_accept(
     rows = run_main(capsys, *args, "--format", "json").json()["break_even"]
     row = next(b for b in rows if (b["pipeline"], b["versus"]) == ("sglang", "autoregressive"))
     assert row["accept"] == pytest.approx(133 * row["stronger_step_ms"] / 1000) and row["accept"] < 1
-    assert row["reason"] == "below 1, the least there is: ahead at any accept"
+    assert row["reason"] == "below 1: ahead at any accept"
     assert all((b["reason"] is None) == (b["accept"] >= 1) for b in rows)
     explained = run_main(capsys, *args, "--explain").out
-    assert "Break-even, SGLang versus autoregressive decoding; below 1, the least there is: ahead at any" in explained
+    assert "Break-even, SGLang versus autoregressive decoding; below 1: ahead at any accept" in explained
     assert "not reachable" not in explained  # it is reached at every accept
 
 
