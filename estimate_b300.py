@@ -3699,7 +3699,7 @@ def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
 
 
 def render_tables(report: Report, style: Style) -> Iterable[str]:
-    header = _header_line(report).replace("overrides: none", f"overrides:{GLUE}none")  # kept on one line
+    header = re.sub("(overrides|measured|fitted|solved): ", rf"\1:{GLUE}", _header_line(report))  # a label by its value
     parts = [style.wrap(header, "  "), _title(report)]
     if report.sweep is None:
         parts = [f"{parts[0]}\n{parts[1]}", "\n".join(style.wrap(line, "  ") for line in headline_lines(report))]
