@@ -4267,9 +4267,13 @@ def parse_options(args: argparse.Namespace) -> Options:
         with naming(option, text):
             parse_path(text)
     sweeps = tuple(parse_sweep(text) for text in args.sweep)
-    for s in sweeps:  # a logged measurement or a range moves no scenario, and a sweep shows only scenarios
-        if s.path[0] in ("measurements", "ranges"):  # (what --measured added is in the first, and would go unseen)
-            what = "a logged measurement" if s.path[0] == "measurements" else "a range (for the band and --sensitivity)"
+    for s in sweeps:  # a logged measurement, a range or a text that documents moves no scenario, which a sweep shows
+        last = str(s.path[-1])
+        documents = last in ("source", "note") or last.endswith(("_source", "_note"))
+        if s.path[0] in ("measurements", "ranges") or documents:  # (--measured's are in the first: they'd go unseen)
+            what = {"measurements": "a logged measurement", "ranges": "a range (for the band and --sensitivity)"}.get(
+                str(s.path[0]), "a text that documents a value"
+            )
             raise CalibrationError(
                 format_path(s.path), f"{what} moves no scenario, and a sweep shows only scenarios; "
                 "expected a key the estimate reads", file=f"--sweep {shortened(s.text)}",

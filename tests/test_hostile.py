@@ -553,9 +553,9 @@ def test_a_key_of_no_sensible_length_is_refused_quickly(
 
 
 def test_a_swept_string_is_escaped_in_json_too(capsys: pytest.CaptureFixture[str]) -> None:
-    run = run_main(capsys, "--sweep", 'sglang.max_budget_source="a\\nb\\u001b[31m\\ud800","c"', "--format", "json")
+    run = run_main(capsys, "--sweep", 'hardware.target.name="a\\nb\\u001b[31m\\ud800","c"', "--format", "json")
     assert run.code == 0, run.err
-    values = [point["values"]["sglang.max_budget_source"] for point in json.loads(run.out)["sweep"]]
+    values = [point["values"]["hardware.target.name"] for point in json.loads(run.out)["sweep"]]
     assert values == ["a\\nb\\x1b[31m\\ud800", "c"]
 
 

@@ -123,6 +123,9 @@ def test_a_range_on_a_curve_point_is_set_and_swept_by_its_key(
     assert_clean_error(run, "ranges.moe_curve.points[1].ms.relative: a range (for the band and --sensitivity) moves no")
     run = run_main(capsys, "--calibration", str(ROOT / "tests/data/measured.json"), "--sweep",
                    "measurements[0].tok_s=400,410")  # fmt: skip
+    for documents in ("note=a,b", "stronger_drafter.accept_source=a,b", "sglang.max_budget_source=a,b"):
+        told = "a text that documents a value moves no scenario, and a sweep shows only scenarios"
+        assert_clean_error(run_main(capsys, "--sweep", documents), f"--sweep {documents}: ", told)
     told = "measurements[0].tok_s: a logged measurement moves no scenario, and a sweep shows only scenarios"
     assert_clean_error(run, f"--sweep measurements[0].tok_s=400,410: {told}; expected a key the estimate reads")
 
