@@ -468,6 +468,11 @@ def drafters(cal: Calibration) -> tuple[Drafter, Drafter]:
     return _drafters(cal.anchors.ddtree, cal.stronger_drafter)
 
 
+def drafter_named(cal: Calibration, name: str) -> Drafter:
+    """One of DRAFTERS: "current" or "stronger"."""
+    return drafters(cal)[DRAFTERS.index(name)]
+
+
 @functools.lru_cache(maxsize=64)
 def _drafters(dd: DdtreeAnchor, sd: StrongerDrafter) -> tuple[Drafter, Drafter]:
     current = (given("accept", dd.accept, "tokens", "anchors.ddtree.accept"),)
@@ -1726,7 +1731,7 @@ def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str, place: int |
 
     `place` pins the default to a place in the accept list: where the median was before a range moved it.
     """
-    drafter = drafters(cal)[DRAFTERS.index(spec.drafter)]
+    drafter = drafter_named(cal, spec.drafter)
     if spec.accept is None:
         accept = drafter.accepts[median_place(drafter) if place is None else place]
     else:
@@ -2118,7 +2123,7 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     sits at the end that moves the estimate the same way, which is the whole band wherever the estimate is
     monotonic in each assumption across its range (as it is for the shipped calibration: a test checks).
     """
-    place = median_place(drafters(cal)[DRAFTERS.index(spec.drafter)])  # a range on that accept moves the scenario
+    place = median_place(drafter_named(cal, spec.drafter))  # a range on that accept moves the scenario
     base = scenario_for(cal, spec, "--scenario", place)
     if not cal.ranges:
         got, want = ("missing", "a `ranges` section") if cal.ranges is None else ("lists no range", "at least one")
@@ -2196,7 +2201,7 @@ def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = N
             (block, budget), on = tree_shape(cal, m), (m.drafter, m.pipeline)
             batch = budget + 1  # M
             if on not in parts:
-                parts[on] = step_parts(dec, drafters(cal)[DRAFTERS.index(m.drafter)], kept(engine_on(cal, m.pipeline)))
+                parts[on] = step_parts(dec, drafter_named(cal, m.drafter), kept(engine_on(cal, m.pipeline)))
             if (key := (*on, batch)) not in steps:
                 steps[key] = step(moe_time(cal, batch), parts[on]).step
             predicted = throughput(given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept"), steps[key])
