@@ -607,6 +607,14 @@ def scenarios(cal: Calibration) -> tuple[Scenario, ...]:
     return tuple(rows)
 
 
+def runs(rows: Iterable[Scenario]) -> dict[tuple[str, str], tuple[Scenario, ...]]:
+    """The scenarios of each drafter on each pipeline, one per accept length, in the order given."""
+    found: dict[tuple[str, str], list[Scenario]] = {}
+    for row in rows:
+        found.setdefault((row.drafter, row.pipeline), []).append(row)
+    return {run: tuple(rows) for run, rows in found.items()}
+
+
 def drafter_on(cal: Calibration, drafter: Drafter, pipeline: str, accepts: tuple[Figure, ...]) -> tuple[Scenario, ...]:
     """One drafter on one pipeline at some accept lengths."""
     engine = engine_on(cal, pipeline)
@@ -659,9 +667,9 @@ def ar_tok_s(cal: Calibration, dec: Decomposition, pipeline: str) -> Figure:
 def break_even(cal: Calibration, dec: Decomposition, rows: tuple[Scenario, ...]) -> tuple[BreakEven, ...]:
     """The stronger step does not depend on accept, so the accept that matches a rival is tok/s * step / 1000."""
     limit, bound = accept_limit(cal.stronger_drafter.block, cal.stronger_drafter.budget)
-    result = []
+    result, by_run = [], runs(rows)
     for pipeline in PIPELINES:
-        current, strong = (next(r for r in rows if (r.drafter, r.pipeline) == (d, pipeline)) for d in DRAFTERS)
+        current, strong = (by_run[d, pipeline][0] for d in DRAFTERS)
         stronger_step = given("stronger step", strong.step_ms, "ms")
         for versus, rival in (("current", current.figures["tok/s"]), ("autoregressive", ar_tok_s(cal, dec, pipeline))):
             to_match = given("tok/s to match", rival.value, "tok/s")
@@ -3008,8 +3016,8 @@ def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool, studie
     The band is the whole band when --sensitivity studied the same scenario, else the two corners
     that are the whole band wherever the estimate is monotonic in each assumption.
     """
-    rows = {(row.drafter, row.pipeline): row for row in est.scenarios}  # the current drafter's have one accept each
-    stronger = {p: tuple(r for r in est.scenarios if (r.drafter, r.pipeline) == ("stronger", p)) for p in PIPELINES}
+    by_run = runs(est.scenarios)  # the current drafter's have one accept each
+    stronger = {p: by_run["stronger", p] for p in PIPELINES}
     spread, no_band, spec = None, "", ScenarioSpec("stronger", "native", None)
     if band and cal.ranges:
         try:
@@ -3018,7 +3026,7 @@ def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool, studie
         except CalibrationError as exc:  # a range end the calibration cannot take costs the band, not the run
             no_band = f"the headline has no uncertainty band: {exc.path}: {exc.message}"
     runnable = {p: rows for p, rows in stronger.items() if rows[0].runnable}
-    return Headline(rows["current", "sglang"], rows["current", "native"], runnable, spread, no_band)
+    return Headline(by_run["current", "sglang"][0], by_run["current", "native"][0], runnable, spread, no_band)
 
 
 # === Rendering: every renderer formats the report; none calls the model (a sweep's points come from its plan) ===
@@ -3645,10 +3653,7 @@ CHART_PARTS = ("MoE", "ATTN_BASE", "SPEC")
 
 def chart_bars(scenarios: Sequence[Scenario]) -> list[tuple[str, Scenario, str]]:
     """One bar per drafter and pipeline: the step does not depend on the accept length. (label, row, tok/s)."""
-    groups: dict[tuple[str, str], list[Scenario]] = {}
-    for row in scenarios:
-        groups.setdefault((row.drafter, row.pipeline), []).append(row)
-    return [(f"{d}/{p}", rows[0], _spread([r.tok_s for r in rows], ".0f")) for (d, p), rows in groups.items()]
+    return [(f"{d}/{p}", rows[0], _spread([r.tok_s for r in rows], ".0f")) for (d, p), rows in runs(scenarios).items()]
 
 
 def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: bool) -> str:
