@@ -3816,11 +3816,7 @@ def report_json(report: Report) -> dict[str, object]:
     est = report.estimate
     cal, dec = est.calibration, est.decomposition
     document: dict[str, object] = {
-        "provenance": {
-            **report.provenance._asdict(),
-            "overrides": list(report.provenance.overrides),
-            "measurements_added": list(report.provenance.measurements_added),
-        },
+        "provenance": report.provenance._asdict(),  # its tuples are JSON lists
         "calibration": {
             "bandwidth_ratio": dec.bandwidth_ratio.value,
             "ar_step_ms": dec.ar_step.value,
