@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import gc
 import itertools
 import json
 import re
@@ -291,6 +293,38 @@ def test_a_sweep_past_what_it_holds_estimates_the_rest_again(
         made.append(len(calls) - before)
     assert [n - made[0] for n in made] == [0, 51, 81]
     assert runs[0].code == 0 and runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.parametrize(
+    "sweep",
+    ["native_engine.overhead_cut=0.1:0.5:0.005", "stronger_drafter.budget=16:96:1", "moe_curve.points[2].ms=4:6:0.05",
+     "stronger_drafter.accept=[12,14],[11],[10,13,16]"],
+)  # fmt: skip
+def test_a_sweep_makes_no_reference_cycles(monkeypatch: pytest.MonkeyPatch, sweep: str) -> None:
+    """The workers run without the garbage collector: the check and every output of the points free all they make
+    (once the modules they import are in)."""
+    on_cpus(monkeypatch, 1)
+    doc = default_doc()
+    cal = eb.parse_calibration(doc)
+    csv_points = functools.partial(eb._csv_points, provenance=["file"])
+
+    def every_output() -> int:
+        points = 0
+        for table in (True, False):
+            plan = eb.plan_sweep(doc, cal, [eb.parse_sweep(sweep)], "x", table)
+            points += sum(1 for _ in plan.rows()) if table else len("".join(plan.in_chunks(eb._json_points)))
+            points += len("".join(plan.in_chunks(csv_points)))
+        return points
+
+    assert every_output() > 10_000  # it ran
+    gc.collect()
+    gc.disable()
+    try:
+        every_output()
+        found = gc.collect()
+    finally:
+        gc.enable()
+    assert found == 0
 
 
 def test_a_sweep_table_shows_what_json_gives(capsys: pytest.CaptureFixture[str]) -> None:
