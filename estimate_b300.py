@@ -145,6 +145,15 @@ class CurvePoints(tuple[CurvePoint, ...]):
     def __hash__(self) -> int:
         return self._hash
 
+    def with_times(self, points: dict[int, CurvePoint]) -> "CurvePoints":
+        """These points, those at some places replaced by points of the same M: the batches carry over."""
+        replaced = list(self)
+        for place, point in points.items():
+            replaced[place] = point
+        new = CurvePoints(replaced)
+        vars(new)["batches"] = self.batches  # where the cached property keeps it
+        return new
+
 
 class MoeCurve(NamedTuple):
     tp: int
@@ -1181,11 +1190,9 @@ def _read_point(curve: _Reader, position: int, item: object) -> CurvePoint:
 
 def _reread_times(curve: _Reader, before: MoeCurve, positions: set[int]) -> MoeCurve:
     """`before` with some points read again where only their `ms` changed: each keeps its M, so its place."""
-    items, points = curve.items("points", fewest=2, most=MAX_ITEMS["points"]), list(before.points)
-    for i in positions:
-        point = _read_point(curve, i, items[i])
-        points[bisect.bisect_left(before.points.batches, point.m)] = point
-    return before._replace(points=CurvePoints(points))
+    items, batches = curve.items("points", fewest=2, most=MAX_ITEMS["points"]), before.points.batches
+    points = [_read_point(curve, i, items[i]) for i in positions]
+    return before._replace(points=before.points.with_times({bisect.bisect_left(batches, p.m): p for p in points}))
 
 
 def _read_anchors(anchors: _Reader) -> Anchors:
@@ -1332,7 +1339,7 @@ def parse_calibration(data: object) -> Calibration:
         raise top.error("schema_version", f"got {_describe(version)}; this tool reads schema {SCHEMA_VERSION}")
     sections = {key: _read_section(top, key) for key in SECTIONS}
     top.finish()
-    return _checked(Calibration(**sections, domains=domains))  # type: ignore[arg-type]
+    return _checked(Calibration(**sections, domains=domains), SECTIONS.keys())  # type: ignore[arg-type]
 
 
 def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Calibration:
@@ -1353,7 +1360,7 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
             read[key] = _reread_times(top.child(key), cal.moe_curve, {int(path[2]) for path in in_curve})
         else:
             read[key] = _read_section(top, key)
-    return _checked(cal._replace(**read))  # type: ignore[arg-type]
+    return _checked(cal._replace(**read), read.keys())  # type: ignore[arg-type]
 
 
 def _read_section(top: _Reader, key: str) -> object:
@@ -1361,8 +1368,9 @@ def _read_section(top: _Reader, key: str) -> object:
     return read(top if handed == "top" else top.optional_child(key) if handed == "optional" else top.child(key))
 
 
-def _checked(cal: Calibration) -> Calibration:
-    """The checks across sections."""
+def _checked(cal: Calibration, read: Container[str]) -> Calibration:
+    """The checks across sections; the measurements' accept lengths only when a section they read was just `read`
+    (a fit's trial of a curve point re-reads that alone, and there may be 100 measurements)."""
     if cal.moe_curve.fit == "experts" and cal.model is None:
         raise CalibrationError(
             "moe_curve.fit", '"experts" counts distinct experts; expected a `model` section beside it'
@@ -1372,7 +1380,8 @@ def _checked(cal: Calibration) -> Calibration:
             "sglang.max_budget", f"got {cal.sglang.max_budget}, but the DDTree anchor was measured on SGLang at budget "
             f"{cal.anchors.ddtree.budget}; expected at least {cal.anchors.ddtree.budget}",
         )  # fmt: skip
-    for m in cal.measurements:
+    trees = ("anchors", "stronger_drafter", "measurements")  # a measurement's accept, and its tree's limit
+    for m in cal.measurements if any(key in read for key in trees) else ():
         block, budget = tree_shape(cal, m)
         if m.accept is not None and not m.accept <= accept_limit(block, budget)[0]:
             _accept(m.accept, f"{m.origin}.accept", block, budget)  # the error, naming the limit

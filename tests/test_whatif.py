@@ -843,6 +843,36 @@ def test_changing_a_points_time_rereads_to_what_a_full_read_gives() -> None:
     changed_doc, reread = eb.recalibrate(doc, cal, changes)
     assert reread == eb.parse_calibration(changed_doc)
     assert [(p.m, p.ms, p.position) for p in reread.moe_curve.points] == [(1, 1.3, 2), (9, 8.85, 1), (32, 25.0, 0)]
+    assert reread.moe_curve.points.batches == (1, 9, 32)
+
+
+@pytest.mark.parametrize(
+    ("option", "change", "accept", "limit"),
+    [
+        ("--set", "stronger_drafter.block=8", 12, "block+1 = 9"),
+        ("--sweep", "stronger_drafter.budget=64,10", 12, "budget+1 = 11"),
+        ("--sweep", "anchors.ddtree.budget=8,4", 6, "budget+1 = 5"),
+    ],
+)
+def test_a_change_to_a_tree_checks_the_measurements_on_it_again(
+    capsys: pytest.CaptureFixture[str],
+    write_calibration: Callable[..., Path],
+    option: str,
+    change: str,
+    accept: int,
+    limit: str,
+) -> None:
+    """Reading a section a measurement's tree comes from again (a sweep's point re-reads that section alone)
+    checks the measurement's accept length again."""
+    doc = default_doc()
+    doc["stronger_drafter"]["accept"] = [4.0]  # within every tree here: the measurement is what fails
+    doc["anchors"]["ddtree"]["accept"] = 4.0
+    drafter = "current" if "anchors" in change else "stronger"
+    doc["measurements"] = [{"drafter": drafter, "pipeline": "native", "accept": accept, "tok_s": 400, "source": "x"}]
+    path = str(write_calibration(doc))
+    assert run_main(capsys, "--calibration", path, "--format", "json").code == 0
+    run = run_main(capsys, "--calibration", path, option, change, "--format", "json")
+    assert_clean_error(run, f"measurements[0].accept: {accept} exceeds the tree's limit {limit}")
 
 
 @pytest.mark.parametrize(
