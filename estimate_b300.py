@@ -2340,125 +2340,39 @@ def fit(
         )  # fmt: skip
     start = [number_at(doc, path) for path, _ in keys]
     before = predictions(cal, measurements)  # at the values in force: an error here is the calibration's
-    scenario_count = len(scenarios(cal))  # and so is one in the report's scenarios, which every trial estimates
-    in_curve = any(path[:2] == ("moe_curve", "points") for path, _ in keys)
-    reread = REREAD_EVALUATIONS + (len(cal.moe_curve.points) // POINTS_PER_EVALUATION if in_curve else 0)
-    per_trial = reread + SCENARIO_EVALUATIONS * scenario_count  # and a probe's is the re-read alone
-    spent = [0]  # evaluations of the model by the least squares, then by the refit under way
-    last: list[tuple[Sequence[float], object, Calibration]] = [(start, doc, cal)]  # the values read last, as read
-
-    def calibrated(values: Sequence[float], *, probe: bool = False) -> Calibration:
-        """The calibration at these values, its scenarios estimated too unless it is a probe: a fit goes only
-        where they hold. (The break-even and the physical cross-check are checked after the fit.) It is read
-        from the values read last, changing those that differ: a probe moves one."""
-        read_values, read_doc, read_cal = last[0]
-        changes = [(path, v) for (path, _), v, was in zip(keys, values, read_values, strict=True) if v != was]
-        at_doc, at = recalibrate(read_doc, read_cal, changes)
-        last[0] = (tuple(values), at_doc, at)
-        if not probe:
-            scenarios(at)
-        return at
-
-    failed: list[CalibrationError] = []  # why the calibration did not hold, the last time values failed
-
-    def past_budget() -> bool:
-        """Whether the least squares under way, the fit's or a refit's, is past its budget."""
-        return spent[0] > MAX_FIT_EVALUATIONS
-
-    def residuals(
-        values: Sequence[float], among: Sequence[Measurement] = measurements, *, probe: bool = False
-    ) -> list[float] | None:
-        trees = len({m.step_key for m in among})
-        spent[0] += (reread if probe else per_trial) + trees + len(among)  # what the trial or probe evaluates
-        try:
-            return [p.residual for p in predictions(calibrated(values, probe=probe), among)]
-        except CalibrationError as exc:  # a value at which the calibration does not hold
-            failed[:] = [exc]
-            return None
-
+    trials = _Trials(doc, cal, keys, start, measurements)
     domains = [domain for _, domain in keys]
     ends = [_ends(domain) for domain in domains]
-    r0 = [p.residual for p in before]
     roots: list[float] = []
     stop: Stop = "minimum"  # where the least squares stopped
     if len(keys) == 1 and len(measurements) == 1:  # --solve: every root, not only the nearest minimum
 
         def gap(value: float) -> float | None:
-            r = residuals([value])
+            r = trials.residuals([value])
             return None if r is None else r[0]
 
         roots, method = _roots(gap, domains[0], start[0], names[0], measurements[0], option)
         values = [roots.pop(0)]
     else:
         begin = _clipped(start, ends)  # a value within 1e-6 of an open end starts at the fit's own end
-        r_begin = r0 if begin == start else residuals(begin)
+        r_begin = [p.residual for p in before] if begin == start else trials.residuals(begin)
         if r_begin is None:
-            at = _point_text(zip(names, begin, strict=True))
+            assert trials.failed is not None
+            at, why = _point_text(zip(names, begin, strict=True)), trials.failed
             raise CalibrationError(
-                failed[-1].path, f"at the values the fit starts from, {at} (the nearest to the values in force), "
-                f"the calibration does not hold: {failed[-1].message}", file=option,
+                why.path, f"at the values the fit starts from, {at} (the nearest to the values in force), "
+                f"the calibration does not hold: {why.message}", file=option,
             )  # fmt: skip
-        columns = _jacobian(residuals, begin, r_begin, ends)
+        columns = _jacobian(trials.residuals, begin, r_begin, ends)
         _check_identifiable(columns, begin, names, measurements, option)
-        values, stop = _levenberg_marquardt(residuals, begin, r_begin, ends, columns, past_budget)
+        values, stop = _levenberg_marquardt(trials.residuals, begin, r_begin, ends, columns, trials.past_budget)
         method = "least squares of ln tok/s (Levenberg-Marquardt)"
+    warnings = [_stop_warning(stop, trials.failed, option)] if stop != "minimum" else []
+    after = predictions(trials.calibrated(values), measurements)  # the fit only moves to values where it holds
     loo: list[float | None] = [None] * len(measurements)
-    warnings = [_stop_warning(stop, failed[-1] if failed else None, option)] if stop != "minimum" else []
-    after = predictions(calibrated(values), measurements)  # the fit only moves to values where the calibration holds
     if len(measurements) > len(keys):  # each left out in turn, refitted from the full fit
-        r_full = [p.residual for p in after]
-        j_full = _jacobian(residuals, values, r_full, ends)
-        # A value the full fit left on an edge may stay there, so only the others need the rest to tell them
-        # apart. (Should a refit move such a value off its edge, it is refitted unchecked; a value that moves
-        # no prediction then takes no step, as _solve_linear gives a zero pivot none.)
-        free = [k for k, (v, d) in enumerate(zip(values, domains, strict=True)) if not _at_edge(v, d)]
-
-        def identifiable(columns: list[list[float]], among: Sequence[Measurement]) -> bool:
-            """Whether these measurements (the Jacobian's columns over them) can make the fit of the free values."""
-            try:
-                if free:
-                    free_values, free_names = [values[k] for k in free], [names[k] for k in free]
-                    _check_identifiable([columns[k] for k in free], free_values, free_names, among, option)
-            except CalibrationError:
-                return False
-            return True
-
-        def refit_without(i: int) -> tuple[float | None, int, NullWhy | None]:
-            """Measurement i's residual when the fit is made without it, the evaluations that took, and why the
-            residual is null, if it is."""
-            spent[0] = 0
-            rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
-            columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
-            if not identifiable(columns, rest):  # without it the values cannot be told apart: no refit
-                return None, 0, "alone"
-            rest_residuals = functools.partial(residuals, among=rest)
-            refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns, past_budget)
-            if refit_stop != "minimum":
-                return None, spent[0], refit_stop
-            r_out = residuals(refit, [measurements[i]])
-            return (None, spent[0], "unpredicted") if r_out is None else (r_out[0], spent[0], None)
-
-        used, nulls = 0, collections.Counter[NullWhy]()
-        if not identifiable(j_full, measurements):  # nor can all of them, where the fit ended: no refit at all
-            nulls["all"] = len(measurements)
-        tasks = [] if nulls["all"] else [functools.partial(refit_without, i) for i in range(len(measurements))]
-        slow = spent[0] > MAX_FIT_EVALUATIONS // 4  # the least squares was, and so its refits will be
-        with contextlib.closing(over_cpus(tasks, min_tasks=2 if slow else 8)) as refits:  # forking pays from there
-            for done, (residual, evaluations, why) in enumerate(refits, 1):
-                loo[done - 1], used = residual, used + evaluations
-                nulls.update([why] if why else [])
-                if used > MAX_LOO_EVALUATIONS and done < len(measurements):
-                    left = len(measurements) - done
-                    rest = (
-                        f"residuals of the last {left} measurements are" if left > 1 else "residual of the last one is"
-                    )
-                    warnings.append(
-                        f"{option}: leave-one-out stopped after {done} of {len(measurements)} refits, past its budget "
-                        f"of {MAX_LOO_EVALUATIONS:,}{EVALUATIONS}; the {rest} null (fit fewer values or fewer "
-                        "measurements to have them all)"
-                    )
-                    break
-        warnings += [_null_warning(option, why, nulls[why]) for why in get_args(NullWhy) if nulls[why]]
+        loo, refit_warnings = _leave_one_out(trials, values, after, names, domains, option)
+        warnings += refit_warnings
     ranges = {r.path: r for r in cal.ranges or ()}
     fit_values = tuple(
         FitValue(name, value, before, ranges.get(name), domain)
@@ -2466,6 +2380,117 @@ def fit(
     )
     warnings += _value_warnings(fit_values, option)
     return Fit(fit_values, before, after, tuple(loo), tuple(roots), method, tuple(warnings))
+
+
+class _Trials:
+    """A fit's trials of values: the calibration at each, the residuals there, and the evaluations they spent.
+
+    A trial reads the calibration from the values read last, changing those that differ (a Jacobian's
+    probe moves one), and estimates the report's scenarios too unless it is a probe: a fit goes only where
+    they hold. (The break-even and the physical cross-check are checked after the fit.)
+    """
+
+    def __init__(
+        self, doc: object, cal: Calibration, keys: Sequence[tuple[PathSegments, Domain]], start: Sequence[float],
+        measurements: Sequence[Measurement],
+    ) -> None:  # fmt: skip
+        self.paths = [path for path, _ in keys]
+        self.measurements = measurements
+        in_curve = any(path[:2] == ("moe_curve", "points") for path in self.paths)
+        self.reread = REREAD_EVALUATIONS + (len(cal.moe_curve.points) // POINTS_PER_EVALUATION if in_curve else 0)
+        self.per_trial = self.reread + SCENARIO_EVALUATIONS * len(scenarios(cal))  # and a probe's is the re-read
+        self.spent = 0  # evaluations of the model by the least squares, then by the refit under way
+        self.last: tuple[Sequence[float], object, Calibration] = (start, doc, cal)  # the values read last, as read
+        self.failed: CalibrationError | None = None  # why the calibration did not hold, the last time it did not
+
+    def calibrated(self, values: Sequence[float], *, probe: bool = False) -> Calibration:
+        read_values, read_doc, read_cal = self.last
+        changes = [(path, v) for path, v, was in zip(self.paths, values, read_values, strict=True) if v != was]
+        at_doc, at = recalibrate(read_doc, read_cal, changes)
+        self.last = (tuple(values), at_doc, at)
+        if not probe:
+            scenarios(at)
+        return at
+
+    def residuals(
+        self, values: Sequence[float], among: Sequence[Measurement] | None = None, *, probe: bool = False
+    ) -> list[float] | None:
+        """The residuals of `among` (by default every measurement) at the values; None where the calibration
+        does not hold."""
+        among = self.measurements if among is None else among
+        trees = len({m.step_key for m in among})
+        self.spent += (self.reread if probe else self.per_trial) + trees + len(among)  # what it evaluates
+        try:
+            return [p.residual for p in predictions(self.calibrated(values, probe=probe), among)]
+        except CalibrationError as exc:
+            self.failed = exc
+            return None
+
+    def past_budget(self) -> bool:
+        """Whether the least squares under way, the fit's or a refit's, is past its budget."""
+        return self.spent > MAX_FIT_EVALUATIONS
+
+
+def _leave_one_out(
+    trials: _Trials, values: list[float], after: Sequence[Prediction], names: Sequence[str],
+    domains: Sequence[Domain], option: str,
+) -> tuple[list[float | None], list[str]]:  # fmt: skip
+    """Each measurement's residual when the fit is refitted from `values` without it, and the warnings for
+    those left null: refits in order, on every CPU, until MAX_LOO_EVALUATIONS in all."""
+    measurements, ends = trials.measurements, [_ends(domain) for domain in domains]
+    r_full = [p.residual for p in after]
+    j_full = _jacobian(trials.residuals, values, r_full, ends)
+    # A value the full fit left on an edge may stay there, so only the others need the rest to tell them
+    # apart. (Should a refit move such a value off its edge, it is refitted unchecked; a value that moves
+    # no prediction then takes no step, as _solve_linear gives a zero pivot none.)
+    free = [k for k, (v, d) in enumerate(zip(values, domains, strict=True)) if not _at_edge(v, d)]
+
+    def identifiable(columns: list[list[float]], among: Sequence[Measurement]) -> bool:
+        """Whether these measurements (the Jacobian's columns over them) can make the fit of the free values."""
+        try:
+            if free:
+                free_values, free_names = [values[k] for k in free], [names[k] for k in free]
+                _check_identifiable([columns[k] for k in free], free_values, free_names, among, option)
+        except CalibrationError:
+            return False
+        return True
+
+    def refit_without(i: int) -> tuple[float | None, int, NullWhy | None]:
+        """Measurement i's residual when the fit is made without it, the evaluations that took, and why the
+        residual is null, if it is."""
+        trials.spent = 0
+        rest, r_rest = [*measurements[:i], *measurements[i + 1 :]], [*r_full[:i], *r_full[i + 1 :]]
+        columns = [[*col[:i], *col[i + 1 :]] for col in j_full]
+        if not identifiable(columns, rest):  # without it the values cannot be told apart: no refit
+            return None, 0, "alone"
+        rest_residuals = functools.partial(trials.residuals, among=rest)
+        refit, refit_stop = _levenberg_marquardt(rest_residuals, values, r_rest, ends, columns, trials.past_budget)
+        if refit_stop != "minimum":
+            return None, trials.spent, refit_stop
+        r_out = trials.residuals(refit, [measurements[i]])
+        return (None, trials.spent, "unpredicted") if r_out is None else (r_out[0], trials.spent, None)
+
+    loo: list[float | None] = [None] * len(measurements)
+    warnings, used, nulls = [], 0, collections.Counter[NullWhy]()
+    if not identifiable(j_full, measurements):  # nor can all of them, where the fit ended: no refit at all
+        nulls["all"] = len(measurements)
+    tasks = [] if nulls["all"] else [functools.partial(refit_without, i) for i in range(len(measurements))]
+    slow = trials.spent > MAX_FIT_EVALUATIONS // 4  # the least squares was, and so its refits will be
+    with contextlib.closing(over_cpus(tasks, min_tasks=2 if slow else 8)) as refits:  # forking pays from there
+        for done, (residual, evaluations, why) in enumerate(refits, 1):
+            loo[done - 1], used = residual, used + evaluations
+            nulls.update([why] if why else [])
+            if used > MAX_LOO_EVALUATIONS and done < len(measurements):
+                left = len(measurements) - done
+                rest = f"residuals of the last {left} measurements are" if left > 1 else "residual of the last one is"
+                warnings.append(
+                    f"{option}: leave-one-out stopped after {done} of {len(measurements)} refits, past its budget "
+                    f"of {MAX_LOO_EVALUATIONS:,}{EVALUATIONS}; the {rest} null (fit fewer values or fewer "
+                    "measurements to have them all)"
+                )
+                break
+    warnings += [_null_warning(option, why, nulls[why]) for why in get_args(NullWhy) if nulls[why]]
+    return loo, warnings
 
 
 def _stop_warning(stop: "Stop", failed: CalibrationError | None, option: str) -> str:
