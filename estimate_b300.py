@@ -1191,7 +1191,7 @@ def _read_point(curve: _Reader, position: int, item: object) -> CurvePoint:
 def _reread_times(curve: _Reader, before: MoeCurve, positions: set[int]) -> MoeCurve:
     """`before` with some points read again where only their `ms` changed: each keeps its M, so its place."""
     items, batches = curve.items("points", fewest=2, most=MAX_ITEMS["points"]), before.points.batches
-    points = [_read_point(curve, i, items[i]) for i in positions]
+    points = [_read_point(curve, i, items[i]) for i in sorted(positions)]  # as a full read: the error --set tells
     return before._replace(points=before.points.with_times({bisect.bisect_left(batches, p.m): p for p in points}))
 
 
@@ -1282,7 +1282,7 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
     if section is None:
         return None
     domains = section.domains or {}
-    numbers = [path for path, domain in domains.items() if not domain.integer]
+    numbers = [path for path, domain in domains.items() if not domain.integer and not path.startswith("measurements[")]
     ranges = []
     keys = [key for key in section.data if key not in ("source", "note")]
     if len(keys) > MAX_RANGES:
@@ -1291,6 +1291,9 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
     for key in keys:
         if key in domains and domains[key].integer:  # as --fit and --solve say of it
             raise section.error(key, "is a whole number; a range needs a continuous one")
+        if key in domains and key.startswith("measurements["):  # as --fit and --solve say of it
+            raise section.error(key, "is a logged measurement, not an assumption of the model; expected a range on an "
+                                     "assumption, e.g. native_engine.overhead_cut")  # fmt: skip
         if key not in numbers:
             raise section.error(key, _not_a_number(key, numbers))
         entry, domain = section.child(key), domains[key]
@@ -1351,6 +1354,8 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
     changed = list(changed)
     if not (heads := {path[0] for path in changed}) <= SECTIONS.keys():
         return parse_calibration(doc)  # a key outside every section: the full read names it
+    if heads & {"anchors", "stronger_drafter"} and any("accept" in parse_path(r.path) for r in cal.ranges or ()):
+        heads.add("ranges")  # a range's ends on an accept length, checked again against its tree's new limit
     top = _Reader(doc, "", dict(cal.domains) if "ranges" in heads else None)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
     only_point_times = all(len(path) == 4 and path[1] == "points" and path[3] == "ms" for path in in_curve)

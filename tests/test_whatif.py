@@ -876,6 +876,55 @@ def test_a_change_to_a_tree_checks_the_measurements_on_it_again(
 
 
 @pytest.mark.parametrize(
+    ("accept_range", "option", "change", "limit"),
+    [
+        ({"anchors.ddtree.accept": {"low": 4, "high": 9, "source": "x"}}, "anchors.ddtree.block", "8,6", "<= 7"),
+        ({"stronger_drafter.accept[1]": {"low": 12, "high": 17, "source": "x"}}, "stronger_drafter.budget", "64,15",
+         "<= 16"),
+    ],
+)  # fmt: skip
+def test_a_sweep_of_a_tree_checks_the_ranges_on_its_accept_lengths_again(
+    capsys: pytest.CaptureFixture[str], accept_range: dict[str, Any], option: str, change: str, limit: str
+) -> None:
+    """A fixed range on an accept length must lie within the tree's limit: a point of a sweep that lowers the limit
+    below the range fails as --set of its value does."""
+    ranges = f"ranges={json.dumps(accept_range)}"
+    bad = change.split(",")[-1]
+    told = f"the range reaches {next(iter(accept_range.values()))['high']}; expected a number >= 1 and {limit}"
+    assert_clean_error(run_main(capsys, "--set", ranges, "--set", f"{option}={bad}", "--format", "json"), told)
+    for fmt in ("json", "csv", "table"):
+        run = run_main(capsys, "--set", ranges, "--sweep", f"{option}={change}", "--format", fmt)
+        assert_clean_error(run, f"at --sweep {option}={bad}: ranges.", told)
+
+
+def test_of_two_bad_point_times_a_sweep_names_the_one_set_names() -> None:
+    """A sweep re-reads the points it changed in the order of a full read, so it tells the error --set tells."""
+    doc = default_doc()
+    doc["moe_curve"]["points"] = [{"m": m, "ms": 0.5 + m} for m in range(1, 12)]
+    cal = eb.parse_calibration(doc)
+    changes: list[eb.Change] = [(("moe_curve", "points", 8, "ms"), -1.0), (("moe_curve", "points", 1, "ms"), -2.0)]
+    with pytest.raises(eb.CalibrationError) as reread:
+        eb.recalibrate(doc, cal, changes)
+    with pytest.raises(eb.CalibrationError) as full:
+        eb.parse_calibration(eb.set_path(eb.set_path(doc, *changes[0]), *changes[1]))
+    assert reread.value.path == full.value.path == "moe_curve.points[1].ms"
+
+
+def test_a_range_on_a_logged_measurement_is_refused(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    """As --fit refuses it: a measurement moves no estimate."""
+    doc = json.loads((ROOT / "tests" / "data" / "measured.json").read_text())
+    doc["ranges"] = {"measurements[0].tok_s": {"relative": 0.03, "source": "x"}}
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity")
+    assert_clean_error(run, "ranges.measurements[0].tok_s: is a logged measurement, not an assumption of the model")
+    doc["ranges"] = {"measurements[0].tok_x": {"relative": 0.03, "source": "x"}}
+    run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity")
+    assert_clean_error(run, "ranges.measurements[0].tok_x: not a number of the calibration")
+    assert "measurements[" not in run.err.split("(", 1)[1]  # nor is one suggested
+
+
+@pytest.mark.parametrize(
     ("change", "fragment"),
     [
         ((("moe_curve", "points", 1, "ms"), -1), "moe_curve.points[1].ms: got -1; expected a number > 0"),
