@@ -3136,13 +3136,16 @@ def _json_text(value: object) -> str:
     return json.dumps(value)
 
 
+MARKDOWN_ESCAPES = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~#&"})  # each with a backslash before it
+
+
 def markdown_text(text: object) -> str:
     r"""Text from the calibration or the command line, escaped for a Markdown cell or paragraph.
 
     >>> markdown_text("a|b *c* <b>[d]</b> `e` \\ f_g")
     'a\\|b \\*c\\* \\<b\\>\\[d\\]\\</b\\> \\`e\\` \\\\ f\\_g'
     """
-    return re.sub(r"([\\`*_\[\]<>|~#&])", r"\\\1", printable(str(text)))
+    return printable(str(text)).translate(MARKDOWN_ESCAPES)
 
 
 def code_span(text: str) -> str:
