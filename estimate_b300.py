@@ -149,6 +149,7 @@ class CurvePoints(tuple[CurvePoint, ...]):
         """These points, those at some places replaced by points of the same M: the batches carry over."""
         replaced = list(self)
         for place, point in points.items():
+            assert replaced[place].m == point.m
             replaced[place] = point
         new = CurvePoints(replaced)
         vars(new)["batches"] = self.batches  # where the cached property keeps it
@@ -998,6 +999,19 @@ def _not_a_number(key: str, numbers: Iterable[str]) -> str:
     return f"not a number of the calibration ({hint})"
 
 
+NOT_ASSUMED = ("ranges.", "measurements")  # numbers that are not the model's assumptions: see `assumptions`
+
+
+def assumptions(domains: dict[str, Domain]) -> list[str]:
+    """The numbers that --fit, --solve and `ranges` may vary: continuous ones, not in `ranges` or `measurements`."""
+    return [path for path, domain in domains.items() if not domain.integer and not path.startswith(NOT_ASSUMED)]
+
+
+def _not_assumed(key: str) -> str:
+    section = "measurements" if key.startswith("measurements") else "ranges"
+    return f"is in `{section}`, not an assumption of the model; expected e.g. native_engine.overhead_cut"
+
+
 def _closest(word: str, candidates: Iterable[str]) -> str | None:
     import difflib  # only on the error path
 
@@ -1282,7 +1296,7 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
     if section is None:
         return None
     domains = section.domains or {}
-    numbers = [path for path, domain in domains.items() if not domain.integer and not path.startswith("measurements[")]
+    numbers = assumptions(domains)
     ranges = []
     keys = [key for key in section.data if key not in ("source", "note")]
     if len(keys) > MAX_RANGES:
@@ -1291,9 +1305,8 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
     for key in keys:
         if key in domains and domains[key].integer:  # as --fit and --solve say of it
             raise section.error(key, "is a whole number; a range needs a continuous one")
-        if key in domains and key.startswith("measurements["):  # as --fit and --solve say of it
-            raise section.error(key, "is a logged measurement, not an assumption of the model; expected a range on an "
-                                     "assumption, e.g. native_engine.overhead_cut")  # fmt: skip
+        if key in domains and key.startswith(NOT_ASSUMED):  # as --fit and --solve say of it
+            raise section.error(key, _not_assumed(key))
         if key not in numbers:
             raise section.error(key, _not_a_number(key, numbers))
         entry, domain = section.child(key), domains[key]
@@ -1332,6 +1345,10 @@ SECTIONS: dict[str, tuple[Callable[[Any], object], str]] = {
     "ranges": (_read_ranges, "optional"),
 }
 
+# The sections that give a tree's block and budget, and those whose accept lengths a tree limits: reading one of
+# them again checks again the measurements' accept lengths and the ranges on accept lengths.
+TREE_SECTIONS = frozenset(("anchors", "stronger_drafter", "measurements"))
+
 
 def parse_calibration(data: object) -> Calibration:
     """Validate a decoded calibration document and build its records; the first problem raises CalibrationError."""
@@ -1354,7 +1371,7 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
     changed = list(changed)
     if not (heads := {path[0] for path in changed}) <= SECTIONS.keys():
         return parse_calibration(doc)  # a key outside every section: the full read names it
-    if heads & {"anchors", "stronger_drafter"} and any("accept" in parse_path(r.path) for r in cal.ranges or ()):
+    if heads & TREE_SECTIONS and any("accept" in parse_path(r.path) for r in cal.ranges or ()):
         heads.add("ranges")  # a range's ends on an accept length, checked again against its tree's new limit
     top = _Reader(doc, "", dict(cal.domains) if "ranges" in heads else None)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
@@ -1385,8 +1402,7 @@ def _checked(cal: Calibration, read: Container[str]) -> Calibration:
             "sglang.max_budget", f"got {cal.sglang.max_budget}, but the DDTree anchor was measured on SGLang at budget "
             f"{cal.anchors.ddtree.budget}; expected at least {cal.anchors.ddtree.budget}",
         )  # fmt: skip
-    trees = ("anchors", "stronger_drafter", "measurements")  # a measurement's accept, and its tree's limit
-    for m in cal.measurements if any(key in read for key in trees) else ():
+    for m in cal.measurements if any(key in read for key in TREE_SECTIONS) else ():
         block, budget = tree_shape(cal, m)
         if m.accept is not None and not m.accept <= accept_limit(block, budget)[0]:
             _accept(m.accept, f"{m.origin}.accept", block, budget)  # the error, naming the limit
@@ -1814,9 +1830,9 @@ def _start_worker(
     """Fork a worker for `tasks`: its pid and the pipe it sends their results through; None if it cannot.
 
     The worker runs without the garbage collector. A sweep's work makes no reference cycles (a test holds it
-    to that), so the collector's passes over the records each point makes find nothing: without them a
-    100,000-point JSON sweep took 0.91 of the time, in paired runs. What else a worker does is bounded,
-    and whatever cycles it leaves go when it ends.
+    to that), so the collector's passes over the records each point makes find nothing: see Speed in the
+    README for what that saves. A fit's refits are bounded by their budget, and whatever cycles they leave
+    go when the worker ends.
     """
     import gc
 
@@ -2301,15 +2317,13 @@ def fittable(cal: Calibration, path_text: str, option: str) -> tuple[PathSegment
     """A key path that --fit and --solve may vary: a continuous number of the calibration, not a range."""
     path = parse_path(path_text)
     key = format_path(path)
-    candidates = [k for k, d in cal.domains.items() if not d.integer and not k.startswith(("ranges.", "measurements"))]
+    candidates = assumptions(cal.domains)
     if key in candidates:
         return path, cal.domains[key]
     if key in cal.domains and cal.domains[key].integer:
         raise CalibrationError(key, f"is a whole number; {option} needs a continuous one", file=option)
     if key in cal.domains:
-        section = "measurements" if key.startswith("measurements") else "ranges"
-        message = f"is in `{section}`, not an assumption of the model; expected e.g. native_engine.overhead_cut"
-        raise CalibrationError(key, message, file=option)
+        raise CalibrationError(key, _not_assumed(key), file=option)
     raise CalibrationError(key, _not_a_number(key, candidates), file=option)
 
 
@@ -2402,8 +2416,9 @@ class _Trials:
         self.paths = [path for path, _ in keys]
         self.measurements = measurements
         in_curve = any(path[:2] == ("moe_curve", "points") for path in self.paths)
-        self.reread = REREAD_EVALUATIONS + (len(cal.moe_curve.points) // POINTS_PER_EVALUATION if in_curve else 0)
-        self.per_trial = self.reread + SCENARIO_EVALUATIONS * len(scenarios(cal))  # and a probe's is the re-read
+        points = len(cal.moe_curve.points) // POINTS_PER_EVALUATION if in_curve else 0
+        self.probe_evaluations = REREAD_EVALUATIONS + points  # a probe re-reads the calibration
+        self.trial_evaluations = self.probe_evaluations + SCENARIO_EVALUATIONS * len(scenarios(cal))  # and estimates
         self.spent = 0  # evaluations of the model by the least squares, then by the refit under way
         self.last: tuple[Sequence[float], object, Calibration] = (start, doc, cal)  # the values read last, as read
         self.failed: CalibrationError | None = None  # why the calibration did not hold, the last time it did not
@@ -2424,11 +2439,11 @@ class _Trials:
         does not hold."""
         among = self.measurements if among is None else among
         trees = len({m.step_key for m in among})
-        self.spent += (self.reread if probe else self.per_trial) + trees + len(among)  # what it evaluates
+        self.spent += (self.probe_evaluations if probe else self.trial_evaluations) + trees + len(among)
         try:
             return [p.residual for p in predictions(self.calibrated(values, probe=probe), among)]
         except CalibrationError as exc:
-            self.failed = exc
+            self.failed = exc.with_traceback(None)  # kept without the frames it was raised in, which hold self
             return None
 
     def past_budget(self) -> bool:
@@ -4043,7 +4058,7 @@ def _csv_writer() -> Callable[[Iterable[object]], str]:
 def _csv_points(points: Iterable[SweepPoint], _: int, provenance: Sequence[str]) -> str:
     """A row for each scenario of each point: the point's values, the scenario's fields, the provenance."""
     line = _csv_writer()
-    ending = "," + line(provenance)  # the same on every row: written once
+    ending = line(["", *provenance])  # ",p1,...,p5": the same on every row, written once
     scenario = encoded_once(lambda row: line(row[: len(SCENARIO_FIELDS)])[:-1] + ending)
     out = []
     for point in points:
