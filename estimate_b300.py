@@ -2850,22 +2850,13 @@ def crossings(gap: Callable[[float], float | None], grid: list[float]) -> tuple[
 
 
 class Solution(NamedTuple):
-    path: str
-    value: float
-    previous: float  # the value in force before solving
+    """--solve: the value found (the fit of one value to one observation), and the observation."""
+
+    found: FitValue
     observed: float
     scenario: str
     method: str
     other_values: tuple[float, ...]  # further values that also fit, when the estimate is not monotonic
-    domain: Domain  # the values it may take
-
-    @property
-    def text(self) -> str:
-        return number_text(self.value, self.domain)
-
-    @property
-    def previous_text(self) -> str:
-        return number_text(self.previous, self.domain)
 
 
 def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:
@@ -2886,7 +2877,7 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
     m = observation(cal, spec, observed, "--observed")
     result = fit(doc, cal, [path_text], [m], "--solve")
     (v,) = result.values
-    solution = Solution(v.path, v.value, v.previous, observed, m.label, result.method, result.other_roots, v.domain)
+    solution = Solution(v, observed, m.label, result.method, result.other_roots)
     cannot = sglang_cannot(cal, m)  # an observation SGLang could not have made, as a logged one would be told
     return solution, result._replace(warnings=(*result.warnings, cannot)) if cannot else result
 
@@ -3278,7 +3269,7 @@ def _header_line(report: Report) -> str:
     line = f"estimate_b300 {prov.tool_version}; {file}; overrides: {overrides}"
     line += f"; measured: {', '.join(prov.measurements_added)}" if prov.measurements_added else ""
     if report.solve:
-        line += f"; solved: {report.solve.path} for {report.solve.scenario}={_describe(report.solve.observed)}"
+        line += f"; solved: {report.solve.found.path} for {report.solve.scenario}={_describe(report.solve.observed)}"
     elif report.fit:
         line += f"; fitted: {', '.join(v.path for v in report.fit.values)}"
     return line
@@ -3574,11 +3565,12 @@ def sweep_section(report: Report, style: Style) -> Section:
 def solve_section(report: Report, style: Style) -> Section:
     sol = report.solve
     assert sol is not None
+    found = sol.found
     title = (
-        f"Solved: {sol.path} = {sol.text} (was {sol.previous_text}) brings {sol.scenario} to the observed "
+        f"Solved: {found.path} = {found.text} (was {found.previous_text}) brings {sol.scenario} to the observed "
         f"{_describe(sol.observed)} tok/s; {sol.method}. Every figure below uses it."
     )
-    others = ", ".join(number_text(v, sol.domain) for v in sol.other_values)
+    others = ", ".join(number_text(v, found.domain) for v in sol.other_values)
     return Section(
         "Solved", title, f"Other values fit too: {others} (the estimate is not monotonic in it)." if others else ""
     )
@@ -3920,9 +3912,11 @@ def report_json(report: Report) -> dict[str, object]:
             "tp": cal.moe_curve.tp,
             "points": [dict(zip(RooflinePoint._fields[:-1], p, strict=False)) for p in est.roofline],
         }
-    if report.solve:
-        solved = {key: value for key, value in report.solve._asdict().items() if key != "domain"}
-        document["solve"] = {**solved, "other_values": list(report.solve.other_values)}
+    if sol := report.solve:
+        document["solve"] = {
+            "path": sol.found.path, "value": sol.found.value, "previous": sol.found.previous, "observed": sol.observed,
+            "scenario": sol.scenario, "method": sol.method, "other_values": list(sol.other_values),
+        }  # fmt: skip
     if report.fit:
         least = report.fit
         document["fit"] = {
@@ -4018,7 +4012,7 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
     prov = report.provenance
     provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides),
                   "; ".join(prov.measurements_added)]  # fmt: skip
-    found = [(report.solve.path, report.solve.value)] if report.solve else []  # a column, as a swept value is
+    found = [(report.solve.found.path, report.solve.found.value)] if report.solve else []  # a column, as swept
     solved = tuple(found + [(v.path, v.value) for v in report.fit.values] if report.fit else found)
     names = [format_path(s.path) for s in report.sweep.sweeps] if report.sweep else [name for name, _ in solved]
     line = _csv_writer()
@@ -4113,7 +4107,8 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     if report.solve:
         sol = report.solve
         observed = _describe(sol.observed)  # as typed
-        out.append(f"  {sol.path} = {sol.text}: solved so that {sol.scenario} = {observed} tok/s ({sol.method})")
+        found = f"{sol.found.path} = {sol.found.text}"
+        out.append(f"  {found}: solved so that {sol.scenario} = {observed} tok/s ({sol.method})")
     if report.fit:
         out += [
             f"  {v.path} = {v.text}: fitted to {len(report.fit.before)} measurements, was {v.previous_text} "
