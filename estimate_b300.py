@@ -4505,8 +4505,6 @@ def _run(argv: list[str]) -> int:
     except CalibrationError as exc:
         say(f"estimate_b300: {exc}")
         return 2
-    for warning in report.warnings:
-        say(f"estimate_b300: warning: {warning}")
     ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), _stdout_encoding())
     style = Style(
         args.tablefmt if args.tablefmt is not None else "simple",
@@ -4520,7 +4518,11 @@ def _run(argv: list[str]) -> int:
         chunks = map(printable_lines, chunks)
     if ascii_only:  # a name from the calibration in Unicode: B300\xe9
         chunks = (chunk.encode("ascii", "backslashreplace").decode("ascii") for chunk in chunks)
-    return emit(chunks)
+    if status := emit(chunks):  # the output failed: its one line on stderr says so, and nothing more
+        return status
+    for warning in report.warnings:  # under the output, where a terminal shows them last
+        say(f"estimate_b300: warning: {warning}")
+    return 0
 
 
 if __name__ == "__main__":

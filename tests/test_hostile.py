@@ -188,6 +188,19 @@ def test_stdout_full() -> None:
     assert run.code == 1 and run.err.count("\n") == 1 and "No space left on device" in run.err
 
 
+def test_warnings_follow_the_output_and_give_way_to_its_failure() -> None:
+    """A terminal shows the warnings under the output; an output that fails has its one line on stderr alone."""
+    warns = "--set moe_curve.points[1].ms=3"  # faster than the weights can be read: a warning
+    run = shell(f"TOOL {warns} --format json 2>&1")
+    output, _, after = run.out.rpartition("}\n")
+    warnings = json.loads(output + "}")["warnings"]
+    assert run.code == 0 and warnings
+    assert after.startswith("estimate_b300: warning: ") and after.count("\n") == len(warnings)
+    for failing in ("> /dev/full", ">&-"):
+        run = shell(f"TOOL {warns} {failing}")
+        assert run.code == 1 and run.err.count("\n") == 1 and run.err.startswith("estimate_b300: cannot write")
+
+
 def test_a_reader_that_leaves_early() -> None:
     run = shell("TOOL --sweep native_engine.overhead_cut=0:0.9:0.001 --format csv | head -1")
     assert run.code == 0 and run.err == "" and run.out.startswith("native_engine.overhead_cut,drafter")

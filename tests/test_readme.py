@@ -1,9 +1,10 @@
 """Every `console` sample in README.md is what the tool prints for its command, at 80 columns.
 
-A sample is `$ .venv/bin/estimate-b300 ARGS` and the lines under it: stderr, then stdout, as a
-terminal shows them. The command may end in `| head -n N`, `| tail -n N` or `| tail -n +N` (in
-turn). It runs in process, in a scratch copy of the project root as the README's first command
-leaves it: the installed command reads its calibration from `.venv/share/estimate-b300/`.
+A sample is `$ .venv/bin/estimate-b300 ARGS` and the lines under it: stdout, then stderr (an error,
+or the warnings the tool writes after its output), as a terminal shows them. The command may end
+in `| head -n N`, `| tail -n N` or `| tail -n +N` (in turn). It runs in process, in a scratch copy
+of the project root as the README's first command leaves it: the installed command reads its
+calibration from `.venv/share/estimate-b300/`.
 
     .venv/bin/python tests/test_readme.py --write    # regenerate the samples after a change
 """
@@ -45,7 +46,7 @@ COMMAND = ".venv/bin/estimate-b300"
 
 
 def run(command: str, root: Path) -> str:
-    """What a terminal shows for the command in `root`: its stderr, then its stdout through the pipes."""
+    """What a terminal shows for the command in `root`: its stdout through the pipes, then its stderr."""
     program, *pipes = [shlex.split(part) for part in command.split(" | ")]
     assert program[0] == COMMAND, command
     argv = program[1:] if "--calibration" in program else ["--calibration", INSTALLED, *program[1:]]
@@ -63,7 +64,7 @@ def run(command: str, root: Path) -> str:
                 lines = lines[-int(n) :]
             case _:
                 raise AssertionError(f"{command}: only head -n and tail -n are understood")
-    return err.getvalue() + "".join(lines)
+    return "".join(lines) + err.getvalue()
 
 
 def installed_root(scratch: Path) -> Path:
