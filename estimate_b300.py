@@ -32,6 +32,7 @@ import collections
 import contextlib
 import errno
 import functools
+import gc
 import hashlib
 import itertools
 import json
@@ -1007,6 +1008,11 @@ def assumptions(domains: dict[str, Domain]) -> list[str]:
     return [path for path, domain in domains.items() if not domain.integer and not path.startswith(NOT_ASSUMED)]
 
 
+def _not_an_assumption(key: str, domains: dict[str, Domain]) -> bool:
+    """A logged measurement's number, or anything in `ranges` (whose own numbers are read after the others)."""
+    return key.startswith("ranges.") or (key in domains and key.startswith(NOT_ASSUMED))
+
+
 def _not_assumed(key: str) -> str:
     section = "measurements" if key.startswith("measurements") else "ranges"
     return f"is in `{section}`, not an assumption of the model; expected e.g. native_engine.overhead_cut"
@@ -1305,7 +1311,7 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
     for key in keys:
         if key in domains and domains[key].integer:  # as --fit and --solve say of it
             raise section.error(key, "is a whole number; a range needs a continuous one")
-        if key in domains and key.startswith(NOT_ASSUMED):  # as --fit and --solve say of it
+        if _not_an_assumption(key, domains):  # as --fit and --solve say of it
             raise section.error(key, _not_assumed(key))
         if key not in numbers:
             raise section.error(key, _not_a_number(key, numbers))
@@ -1327,6 +1333,7 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
                     )
         ranges.append(Range(key, low, high, entry.string("source")))
         entry.finish()
+    section.finish()  # its own `source` and `note`: texts
     return tuple(ranges)
 
 
@@ -1704,7 +1711,9 @@ def parse_value(text: str) -> object:
     """A --set value: JSON when it parses ('0.3', '[10,12]', 'true'), else the plain string ('B200')."""
     too_deep = CalibrationError("", f"a value nested more than {MAX_NESTING} deep; expected a calibration value")
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_each_key_once)
+    except CalibrationError:
+        raise
     except ValueError:
         return text
     except RecursionError:
@@ -1716,6 +1725,17 @@ def parse_value(text: str) -> object:
     if depth > MAX_NESTING:
         raise too_deep
     return value
+
+
+def _each_key_once(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """An object of a value on the command line, whose keys must differ, as in the file."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            message = "appears twice in an object; expected each key once (the later one would win)"
+            raise CalibrationError("", f"{shortened(json.dumps(key, ensure_ascii=False))} {message}")
+        seen.add(key)
+    return dict(pairs)
 
 
 def parse_override(text: str) -> Override:
@@ -1754,7 +1774,8 @@ class ScenarioSpec(NamedTuple):
         if at and not accept_text:
             raise bad("nothing after @; expected an accept length, e.g. @14")
         if accept_text:
-            number, accept = parse_value(accept_text), math.nan  # JSON, as every number on the command line
+            with naming(option, text):
+                number, accept = parse_value(accept_text), math.nan  # JSON, as every number on the command line
             if isinstance(number, (int, float)) and not isinstance(number, bool) and abs(number) < MAX_FIGURE:
                 accept = float(number)
             if not math.isfinite(accept):
@@ -1834,8 +1855,6 @@ def _start_worker(
     README for what that saves. A fit's refits are bounded by their budget, and whatever cycles they leave
     go when the worker ends.
     """
-    import gc
-
     try:
         fd_in, fd_out = os.pipe()
     except OSError:  # no file descriptor left
@@ -2322,7 +2341,7 @@ def fittable(cal: Calibration, path_text: str, option: str) -> tuple[PathSegment
         return path, cal.domains[key]
     if key in cal.domains and cal.domains[key].integer:
         raise CalibrationError(key, f"is a whole number; {option} needs a continuous one", file=option)
-    if key in cal.domains:
+    if _not_an_assumption(key, cal.domains):
         raise CalibrationError(key, _not_assumed(key), file=option)
     raise CalibrationError(key, _not_a_number(key, candidates), file=option)
 
@@ -4258,6 +4277,11 @@ def build_parser(columns: int) -> argparse.ArgumentParser:
 def _check_usage(args: argparse.Namespace) -> None:
     """Options that do not go together: a usage error, before anything is read."""
     problems = [
+        *((text == "", f"{option}: empty; expected {what}") for option, text, what in (
+            ("--solve", args.solve, "the key path of a number, e.g. native_engine.overhead_cut"),
+            ("--observed", args.observed, "SCENARIO=TOK_S, e.g. current/native=463"),
+            ("--scenario", args.scenario, "DRAFTER/PIPELINE[@ACCEPT], e.g. stronger/native@14"),
+        )),
         (bool(args.solve) != bool(args.observed), "--solve and --observed go together"),
         (args.solve and args.sweep,
          "--solve and --sweep cannot be combined: solve first, then --set the value and sweep"),
@@ -4306,7 +4330,7 @@ def _check_usage(args: argparse.Namespace) -> None:
 def _has_tabulate() -> bool:
     try:
         import tabulate  # noqa: F401  (the one import the tables need; a table run makes it anyway)
-    except ImportError:
+    except ModuleNotFoundError:  # another ImportError is a module there that did not load: see main()
         return False
     return True
 
@@ -4320,7 +4344,7 @@ def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
         )
     with naming(option, text):  # the whole text: 'current/native=415=3' is wrong in its label, as typed
         spec = ScenarioSpec.parse(option, label, autoregressive=option == "--measured")
-    tok_s = parse_value(tok_s_text)
+        tok_s = parse_value(tok_s_text)
     if tok_s not in THROUGHPUT:
         underflow = isinstance(tok_s, float) and tok_s == 0  # 1e-400 is named as typed, not as the 0 it reads as
         got = shortened(tok_s_text.strip()) if underflow else _describe(tok_s)
@@ -4470,11 +4494,12 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, OSError) as exc:  # at any stage: a limit such as ulimit -v, or a run too large
         if isinstance(exc, OSError) and exc.errno != errno.ENOMEM:  # ENOMEM: an import, a fork, a file's map
             raise
-        import gc
-
         exc.__traceback__ = None
         gc.collect()  # what it held, freed here while the hook above is in force: not at exit, where it is not
         say("estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run")
+        return 1
+    except ImportError as exc:  # a module there but not loaded: under ulimit -v, its shared object not mapped
+        say(f"estimate_b300: cannot load a module ({exc}); expected more memory than the process may use (ulimit -v)")
         return 1
     except KeyboardInterrupt:  # Ctrl-C: what was printed stays, the workers are gone, and no traceback
         say("estimate_b300: interrupted")

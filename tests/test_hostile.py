@@ -59,11 +59,36 @@ def shell(command: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> 
         (["--solve", "native_engine.overhead_cut"], "--solve and --observed go together"),
         (["--sweep", "a=1", "--sweep", "b=1", "--sweep", "c=1"], "--sweep: 3 given; expected at most 2"),
         (["--calibration", ""], "--calibration: an empty path"),
+        (["--solve", ""], "--solve: empty; expected the key path of a number"),
+        (["--solve", "", "--observed", "current/native=463"], "--solve: empty; expected the key path of a number"),
+        (["--observed", ""], "--observed: empty; expected SCENARIO=TOK_S"),
+        (["--scenario", "", "--sensitivity"], "--scenario: empty; expected DRAFTER/PIPELINE[@ACCEPT]"),
     ],
 )
 def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:
     run = run_main(capsys, *args)
     assert_clean_error(run, "estimate_b300: usage: ", fragment, "see --help")
+
+
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [
+        (["--set", 'native_engine={"overhead_cut": 0.3, "overhead_cut": 0.5}'], "--set native_engine="),
+        (["--set", 'ranges={"anchors.ar_tok_s": {"relative": 0.1, "relative": 0.2, "source": "x"}}', "--sensitivity"],
+         "--set ranges="),
+        (["--sweep", 'native_engine={"overhead_cut": 0.3},{"overhead_cut": 0.3, "overhead_cut": 0.5}'],
+         "--sweep native_engine="),
+        (["--sensitivity", "--scenario", 'stronger/native@{"a": 1, "a": 2}'], "--scenario stronger/native@"),
+        (["--solve", "native_engine.overhead_cut", "--observed", 'current/native={"a": 1, "a": 2}'],
+         "--observed current/native="),
+    ],
+)  # fmt: skip
+def test_a_key_twice_in_an_object_on_the_command_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], where: str
+) -> None:
+    """As in the file: the later value would win, so the earlier one is refused, not dropped."""
+    twice = "appears twice in an object; expected each key once (the later one would win)"
+    assert_clean_error(run_main(capsys, *args, "--format", "json"), f"estimate_b300: {where}", twice)
 
 
 def test_the_same_key_swept_twice(capsys: pytest.CaptureFixture[str]) -> None:
@@ -940,6 +965,25 @@ def test_out_of_memory_is_one_line(
     monkeypatch.setattr(eb, "build_report", exhausted)
     run = run_main(capsys, "--format", "json")
     assert run == Run(1, "", f"{OUT_OF_MEMORY}\n")
+
+
+def test_a_module_there_that_does_not_load_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ulimit -v an import can fail to map its shared object: that is no missing tabulate, and no traceback."""
+    unmapped = ImportError("/usr/lib/_struct.so: failed to map segment from shared object")
+    monkeypatch.delitem(sys.modules, "tabulate", raising=False)
+    real_import = __import__
+
+    def importing(name: str, *args: Any, **kwargs: Any) -> object:
+        if name == "tabulate":
+            raise unmapped
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.__import__", importing)
+    run = run_main(capsys)
+    assert run == Run(1, "", f"estimate_b300: cannot load a module ({unmapped}); expected more memory than the "
+                             "process may use (ulimit -v)\n")  # fmt: skip
 
 
 def test_out_of_memory_says_one_line_when_what_it_left_half_done_fails_again() -> None:

@@ -924,6 +924,18 @@ def test_a_range_on_a_logged_measurement_is_refused(
     run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity")
     assert_clean_error(run, "ranges.measurements[0].tok_x: not a number of the calibration")
     assert "measurements[" not in run.err.split("(", 1)[1]  # nor is one suggested
+    for key in ("ranges.anchors.ar_tok_s.relative", "ranges.native_engine.overhead_cut.low"):
+        doc["ranges"] = {"native_engine.overhead_cut": {"low": 0.2, "high": 0.6, "source": "x"},
+                         key: {"low": 0.1, "high": 0.2, "source": "x"}}  # fmt: skip
+        path = str(write_calibration(doc))
+        assert_clean_error(run_main(capsys, "--calibration", path, "--sensitivity"), f"ranges.{key}: is in `ranges`")
+        assert_clean_error(run_main(capsys, "--calibration", path, "--fit", key), f"{key}: is in `ranges`")
+
+
+@pytest.mark.parametrize(("change", "got"), [("ranges.source=1", "a number"), ("ranges.note=[null]", "a list")])
+def test_the_ranges_own_documentation_is_text(capsys: pytest.CaptureFixture[str], change: str, got: str) -> None:
+    run = run_main(capsys, "--set", change, "--format", "json")
+    assert_clean_error(run, f"{change.split('=')[0]}: got {got}; expected a string (documentation)")
 
 
 @pytest.mark.parametrize(
