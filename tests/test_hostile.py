@@ -942,7 +942,10 @@ def test_ctrl_c_is_one_line(tmp_path: Path, group: bool) -> None:
     proc = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    time.sleep(1.0)  # 90,001 points: it is checking them, with its workers
+    deadline = time.monotonic() + 30
+    while len(running(str(tmp_path))) < 2 and time.monotonic() < deadline:  # 90,001 points: checked by workers
+        time.sleep(0.05)
+    time.sleep(0.2)
     if group:
         os.killpg(proc.pid, signal.SIGINT)
     else:
