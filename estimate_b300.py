@@ -4499,7 +4499,7 @@ def main(argv: list[str] | None = None) -> int:
         say("estimate_b300: out of memory; expected more than the process may use (ulimit -v), or a smaller run")
         return 1
     except ImportError as exc:  # a module there but not loaded: under ulimit -v, its shared object not mapped
-        say(f"estimate_b300: cannot load a module ({exc}); expected more memory than the process may use (ulimit -v)")
+        say(f"estimate_b300: cannot load a module ({exc}); expected an intact Python, and the memory to load it")
         return 1
     except KeyboardInterrupt:  # Ctrl-C: what was printed stays, the workers are gone, and no traceback
         say("estimate_b300: interrupted")

@@ -985,8 +985,8 @@ def test_a_module_there_that_does_not_load_is_one_line(
 
     monkeypatch.setattr("builtins.__import__", importing)
     run = run_main(capsys)
-    assert run == Run(1, "", f"estimate_b300: cannot load a module ({unmapped}); expected more memory than the "
-                             "process may use (ulimit -v)\n")  # fmt: skip
+    assert run == Run(1, "", f"estimate_b300: cannot load a module ({unmapped}); expected an intact Python, and the "
+                             "memory to load it\n")  # fmt: skip
 
 
 def test_out_of_memory_says_one_line_when_what_it_left_half_done_fails_again() -> None:
