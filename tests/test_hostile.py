@@ -939,9 +939,12 @@ def test_a_reader_that_leaves_a_large_sweep_early(tmp_path: Path) -> None:
 def test_ctrl_c_is_one_line(tmp_path: Path, group: bool) -> None:
     """SIGINT in the middle of a sweep, to the tool or to its process group as Ctrl-C sends it: exit 130."""
     command = [*on_two_cpus(tmp_path).split(), "--sweep", "native_engine.overhead_cut=0:0.9:0.00001", "--format=json"]
+    # SIGINT as from a terminal: a suite started in the background (`cmd &`) ignores it, and so would the tool
+    default_sigint = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
     proc = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=default_sigint,
+    )  # fmt: skip
     deadline = time.monotonic() + 30
     while len(running(str(tmp_path))) < 2 and time.monotonic() < deadline:  # 90,001 points: checked by workers
         time.sleep(0.05)
