@@ -1378,7 +1378,7 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
     changed = list(changed)
     if not (heads := {path[0] for path in changed}) <= SECTIONS.keys():
         return parse_calibration(doc)  # a key outside every section: the full read names it
-    if heads & TREE_SECTIONS and any("accept" in parse_path(r.path) for r in cal.ranges or ()):
+    if heads & TREE_SECTIONS and cal.ranges and _on_accept_lengths(cal.ranges):
         heads.add("ranges")  # a range's ends on an accept length, checked again against its tree's new limit
     top = _Reader(doc, "", dict(cal.domains) if "ranges" in heads else None)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
@@ -1390,6 +1390,12 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
         else:
             read[key] = _read_section(top, key)
     return _checked(cal._replace(**read), read.keys())  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=64)  # a sweep or a fit re-reads a tree at every point or trial, the ranges the same
+def _on_accept_lengths(ranges: tuple[Range, ...]) -> bool:
+    """Whether a range lies on an accept length, whose limit a tree's block and budget set."""
+    return any("accept" in parse_path(r.path) for r in ranges)
 
 
 def _read_section(top: _Reader, key: str) -> object:
