@@ -4320,15 +4320,15 @@ def _check_usage(args: argparse.Namespace) -> None:
     if args.format == "table" and not args.explain:
         import tabulate
 
-        args.tablefmt = "simple" if args.tablefmt is None else args.tablefmt
-        if args.tablefmt not in tabulate.tabulate_formats:
+        tablefmt = Style().tablefmt if args.tablefmt is None else args.tablefmt
+        if tablefmt not in tabulate.tabulate_formats:
             formats = ", ".join(tabulate.tabulate_formats)
-            raise usage_error(f"--tablefmt: unknown format {shortened(repr(args.tablefmt))}; choose from {formats}")
-        sample = tabulate.tabulate([["x"]], headers=["x"], tablefmt=args.tablefmt)
+            raise usage_error(f"--tablefmt: unknown format {shortened(repr(tablefmt))}; choose from {formats}")
+        sample = tabulate.tabulate([["x"]], headers=["x"], tablefmt=tablefmt)
         encoding = "ascii" if args.ascii else _stdout_encoding()
         if _encodes("x", encoding) and not _encodes(sample, encoding):  # one that encodes nothing fails on output
             raise usage_error(
-                f"--tablefmt {args.tablefmt} draws with characters that the output encoding ({encoding}) cannot "
+                f"--tablefmt {tablefmt} draws with characters that the output encoding ({encoding}) cannot "
                 "show; choose an ASCII format, e.g. simple or grid"
             )
 
@@ -4537,13 +4537,9 @@ def _run(argv: list[str]) -> int:
         say(f"estimate_b300: {exc}")
         return 2
     ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), _stdout_encoding())
-    style = Style(
-        args.tablefmt if args.tablefmt is not None else "simple",
-        max(columns, 80),
-        0 if args.no_chart else columns,
-        ascii_only,
-        args.all,
-    )
+    style = Style(width=max(columns, 80), chart_width=0 if args.no_chart else columns, ascii_only=ascii_only,
+                  everything=args.all)  # fmt: skip
+    style = style if args.tablefmt is None else style._replace(tablefmt=args.tablefmt)  # else Style's default
     chunks = (render_explain if args.explain else RENDERERS[args.format])(report, style)
     if args.format not in ("json", "csv"):  # JSON and CSV escape their cells; text is escaped here
         chunks = map(printable_lines, chunks)
