@@ -212,6 +212,11 @@ class Measurement(NamedTuple):
         autoregressive run: None, the pipeline and None); measurements alike in this share one step."""
         return self.drafter, self.pipeline, self.budget
 
+    @property
+    def accept_origin(self) -> str:
+        """Where its accept length was given: 'measurements[2].accept', or the --measured option."""
+        return self.origin if self.origin.startswith("--") else f"{self.origin}.accept"
+
 
 class Range(NamedTuple):
     """One assumption's what-if range, for --sensitivity."""
@@ -1030,7 +1035,7 @@ def _number(value: object, path: str, domain: Domain = POSITIVE) -> float:
     if domain.integer and isinstance(value, float) and value.is_integer():
         value = int(value)  # 16.0 passes as 16; 16.5, true and "16" do not
     if isinstance(value, bool) or not isinstance(value, int if domain.integer else (int, float)):
-        raise CalibrationError(path, f"got {_describe(value)}; expected {domain.describe()}")
+        raise CalibrationError(path, f"got {_describe(value)}; expected {domain.describe()}{_as_json(value, domain)}")
     try:
         finite = math.isfinite(value)
     except OverflowError:  # an integer past the float range
@@ -1042,6 +1047,21 @@ def _number(value: object, path: str, domain: Domain = POSITIVE) -> float:
     if value not in domain:
         raise CalibrationError(path, f"got {_describe(value)}; expected {domain.describe()}")
     return value if domain.integer else float(value)
+
+
+def _as_json(value: object, domain: Domain) -> str:
+    """How JSON writes a text that reads as a number of the domain: '.3' typed, "0.3" quoted in the file.
+
+    >>> _as_json(".3", Domain(0, 1, low_open=False)), _as_json("B300", POSITIVE)
+    (' (as JSON writes it: 0.3)', '')
+    """
+    try:
+        number = float(value) if isinstance(value, str) else math.nan
+    except ValueError:
+        return ""
+    if domain.integer and number.is_integer():
+        number = int(number)
+    return f" (as JSON writes it: {_describe(number)})" if number in domain and math.isfinite(number) else ""
 
 
 def _accept(value: object, path: str, block: int, budget: int) -> float:
@@ -1280,7 +1300,9 @@ def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
             budget = entry.count("budget") if "budget" in entry.data else None
             accept = entry.number("accept", ACCEPT)
         tok_s = entry.number("tok_s", THROUGHPUT)
+        tree = ", ".join(f"{key} {size}" for key, size in (("block", block), ("budget", budget)) if size is not None)
         default_label = f"AR/{pipeline}" if autoregressive else f"{drafter}/{pipeline}@{accept:g}"
+        default_label += f" ({tree})" if tree else ""  # two budgets at one accept length: two labels
         label = entry.string("label", default=default_label)
         entry.known |= dict.fromkeys(("block", "budget", "source"))  # for the hint that names an unknown key
         source = entry.data.get("source", "")
@@ -1418,7 +1440,7 @@ def _checked(cal: Calibration, read: Container[str]) -> Calibration:
     for m in cal.measurements if any(key in read for key in TREE_SECTIONS) else ():
         block, budget = tree_shape(cal, m)
         if m.accept is not None and not m.accept <= accept_limit(block, budget)[0]:
-            _accept(m.accept, f"{m.origin}.accept", block, budget)  # the error, naming the limit
+            _accept(m.accept, m.accept_origin, block, budget)  # the error, naming the limit
     return cal
 
 
@@ -2276,7 +2298,7 @@ def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = N
                 parts[on] = step_parts(dec, drafter_named(cal, m.drafter), kept(engine_on(cal, m.pipeline)))
             if (key := (*on, batch)) not in steps:
                 steps[key] = step(moe_time(cal, batch), parts[on]).step
-            predicted = throughput(given("accept", m.accept or 1.0, "tokens", f"{m.origin}.accept"), steps[key])
+            predicted = throughput(given("accept", m.accept or 1.0, "tokens", m.accept_origin), steps[key])
         ratio = predicted.value / m.tok_s
         found.append(Prediction(m, block, budget, batch, predicted.value, ratio - 1, math.log(ratio), predicted))
     return tuple(found)
@@ -2918,13 +2940,17 @@ def log_measured(
             "", f"the calibration logs {len(cal.measurements)} measurements and --measured adds {len(measured)}; "
             f"expected at most {MAX_MEASUREMENTS} in all", file="--measured",
         )  # fmt: skip
-    entries = []
-    for spec, tok_s in measured:
-        m = observation(cal, spec, tok_s, "--measured")
-        kind = {"drafter": m.drafter, "accept": m.accept} if m.drafter else {"decode": "autoregressive"}
-        entries.append({"label": m.label, **kind, "pipeline": m.pipeline, "tok_s": tok_s, "source": m.source})
-    logged = doc.get("measurements") if isinstance(doc, dict) else None  # a list: the calibration was read
-    return recalibrate(doc, cal, [(("measurements",), [*(logged if isinstance(logged, list) else []), *entries])])
+    added = [observation(cal, spec, tok_s, "--measured") for spec, tok_s in measured]
+    kinds = [{"drafter": m.drafter, "accept": m.accept} if m.drafter else {"decode": "autoregressive"} for m in added]
+    entries = [
+        {"label": m.label, **kind, "pipeline": m.pipeline, "tok_s": m.tok_s, "source": m.source}
+        for m, kind in zip(added, kinds, strict=True)
+    ]
+    in_file = doc.get("measurements") if isinstance(doc, dict) else None  # a list: the calibration was read
+    doc, cal = recalibrate(doc, cal, [(("measurements",), [*(in_file if isinstance(in_file, list) else []), *entries])])
+    read = cal.measurements[-len(added) :]
+    named = tuple(m._replace(origin=a.origin) for m, a in zip(read, added, strict=True))  # by option, not list place
+    return doc, cal._replace(measurements=cal.measurements[: -len(added)] + named)
 
 
 # --- Warnings: inputs that ask more than the hardware can give ---
@@ -4308,6 +4334,9 @@ def _check_usage(args: argparse.Namespace) -> None:
         (args.tablefmt is not None and (args.format != "table" or args.explain),
          "--tablefmt chooses how --format table draws its tables; it does nothing with "
          f"{'--explain' if args.explain else f'--format {args.format}'}"),
+        (args.sweep and args.all,
+         "--all and --sweep cannot be combined: --all adds the sections of one estimate (break-even, chain alpha, the "
+         "physical cross-check), which a sweep does not show"),
         (args.sweep and args.sensitivity,
          "--sensitivity and --sweep cannot be combined: --sensitivity studies one calibration, a sweep has many"),
         (args.sweep and args.measured,

@@ -86,7 +86,7 @@ BAD_VALUES: list[tuple[str, Callable[[dict[str, Any]], object], list[str]]] = [
     ("documentation that is not text", lambda d: d["anchors"].update(source=3), ["anchors.source", "a string"]),
     ("bool for number", lambda d: d["anchors"].update(ar_tok_s=True), ["anchors.ar_tok_s: got true"]),
     ("null for number", lambda d: d["anchors"].update(ar_tok_s=None), ["anchors.ar_tok_s: got null"]),
-    ("string for number", lambda d: d["anchors"].update(ar_tok_s="133"), ['got a string "133"']),
+    ("string for number", lambda d: d["anchors"].update(ar_tok_s="133"), ['got a string "133"', "writes it: 133)"]),
     ("list for object", lambda d: d.update(hardware=[1]), ["hardware: got a list; expected an object"]),
     ("object for list", lambda d: d["stronger_drafter"].update(accept={}), ["stronger_drafter.accept: got an object"]),
     ("NaN", lambda d: d["anchors"].update(ar_tok_s=float("nan")), ["anchors.ar_tok_s: got NaN", "finite"]),
@@ -102,7 +102,7 @@ BAD_VALUES: list[tuple[str, Callable[[dict[str, Any]], object], list[str]]] = [
     ("negative cut", lambda d: d["native_engine"].update(overhead_cut=-0.1), ["overhead_cut: got -0.1"]),
     ("fractional block", lambda d: d["stronger_drafter"].update(block=16.5), ["block: got 16.5", "whole number"]),
     ("zero budget", lambda d: d["anchors"]["ddtree"].update(budget=0), ["anchors.ddtree.budget: got 0"]),
-    ("string block", lambda d: d["stronger_drafter"].update(block="16"), ['block: got a string "16"']),
+    ("string block", lambda d: d["stronger_drafter"].update(block="16.0"), ['block: got a string "16.0"', "it: 16)"]),
     ("one curve point", lambda d: d["moe_curve"].update(points=[{"m": 9, "ms": 8.85}]), ["has 1 entries"]),
     (
         "duplicate M",

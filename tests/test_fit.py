@@ -247,7 +247,7 @@ def test_a_prediction_rests_on_its_drafter_pipeline_and_budget_not_its_block(
     assert len({p.predicted_tok_s for p in found}) == 8
     run = run_with(capsys, write_calibration, doc)
     assert run.code == 0 and run.err.count("is a measurement on SGLang") == 1
-    warning = "measurements[2]: current/sglang@5 is a measurement on SGLang, but SGLang cannot verify a budget above 8"
+    warning = "measurements[2]: current/sglang@5 (block 8, budget 12) is a measurement on SGLang, but SGLang cannot"
     assert warning in run.err and "(and 3 more measurements like it)" in run.err  # the 4 on SGLang at budget 12
 
 
@@ -911,8 +911,12 @@ def test_smaller_holes_in_the_log(capsys: pytest.CaptureFixture[str], write_cali
         )
     assert_clean_error(run_main(capsys, "--measured", "current/native@=415"), "nothing after @")
     assert_clean_error(run_main(capsys, *["--measured", "ar/native=190"] * 600), "1,200 arguments; expected at most")
-    sglang = run_main(capsys, "--measured", "stronger/sglang@12=500")
-    assert sglang.code == 0 and "is a measurement on SGLang, but SGLang cannot verify a budget above 8" in sglang.err
+    # an entry from the command line is named by its option, in warnings and in --explain, not by its list place
+    sglang = run_main(capsys, "--calibration", str(EXAMPLE), "--measured", "stronger/sglang@12=500")
+    told = "--measured stronger/sglang@12=500: stronger/sglang@12 is a measurement on SGLang, but SGLang cannot verify"
+    assert sglang.code == 0 and sglang.err.count("\n") == 1 and told in sglang.err
+    explained = run_main(capsys, "--calibration", str(EXAMPLE), "--measured", "stronger/sglang@12=500", "--explain").out
+    assert "accept = 12 (--measured stronger/sglang@12=500)\n" in explained
 
 
 def test_an_observation_or_a_study_of_a_run_sglang_cannot_make_is_told(capsys: pytest.CaptureFixture[str]) -> None:

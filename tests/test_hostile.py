@@ -63,6 +63,7 @@ def shell(command: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> 
         (["--solve", "", "--observed", "current/native=463"], "--solve: empty; expected the key path of a number"),
         (["--observed", ""], "--observed: empty; expected SCENARIO=TOK_S"),
         (["--scenario", "", "--sensitivity"], "--scenario: empty; expected DRAFTER/PIPELINE[@ACCEPT]"),
+        (["--sweep", "native_engine.overhead_cut=0.2,0.4", "--all"], "--all and --sweep cannot be combined"),
     ],
 )
 def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:

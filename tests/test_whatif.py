@@ -76,7 +76,12 @@ def test_set_several_and_nested_index(capsys: pytest.CaptureFixture[str]) -> Non
         ),
         ("native_engin.overhead_cut=0.3", ["native_engin: unknown key", "did you mean native_engine?"]),
         ("native_engine.overhead_cut=1.5", ["native_engine.overhead_cut: got 1.5", ">= 0 and < 1"]),
-        ("native_engine.overhead_cut=0.3x", ['got a string "0.3x"']),
+        ("native_engine.overhead_cut=0.3x", ['got a string "0.3x"; expected a number >= 0 and < 1\n']),
+        (
+            "native_engine.overhead_cut=.3",
+            ['got a string ".3"; expected a number >= 0 and < 1 (as JSON writes it: 0.3)\n'],
+        ),
+        ("native_engine.overhead_cut=.", ['got a string "."; expected a number >= 0 and < 1\n']),
         ("anchors.ar_tok_s.x=1", ["anchors.ar_tok_s: is a number, not an object"]),
         ("moe_curve.points[7].ms=1", ["moe_curve.points[7]: the list has 3 entries"]),
         ("moe_curve.points[x].ms=1", ["bad index"]),
