@@ -1300,9 +1300,9 @@ def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
             budget = entry.count("budget") if "budget" in entry.data else None
             accept = entry.number("accept", ACCEPT)
         tok_s = entry.number("tok_s", THROUGHPUT)
-        tree = ", ".join(f"{key} {size}" for key, size in (("block", block), ("budget", budget)) if size is not None)
+        shape = ", ".join(f"{key} {size}" for key, size in (("block", block), ("budget", budget)) if size is not None)
         default_label = f"AR/{pipeline}" if autoregressive else f"{drafter}/{pipeline}@{accept:g}"
-        default_label += f" ({tree})" if tree else ""  # two budgets at one accept length: two labels
+        default_label += f" ({shape})" if shape else ""  # two budgets at one accept length: two labels
         label = entry.string("label", default=default_label)
         entry.known |= dict.fromkeys(("block", "budget", "source"))  # for the hint that names an unknown key
         source = entry.data.get("source", "")
@@ -1400,7 +1400,7 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
     changed = list(changed)
     if not (heads := {path[0] for path in changed}) <= SECTIONS.keys():
         return parse_calibration(doc)  # a key outside every section: the full read names it
-    if heads & TREE_SECTIONS and cal.ranges and _on_accept_lengths(cal.ranges):
+    if heads & TREE_SECTIONS and cal.ranges and _on_accept_lengths(cal.ranges) and not _values_only(cal, changed):
         heads.add("ranges")  # a range's ends on an accept length, checked again against its tree's new limit
     top = _Reader(doc, "", dict(cal.domains) if "ranges" in heads else None)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
@@ -1418,6 +1418,13 @@ def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Ca
 def _on_accept_lengths(ranges: tuple[Range, ...]) -> bool:
     """Whether a range lies on an accept length, whose limit a tree's block and budget set."""
     return any("accept" in parse_path(r.path) for r in ranges)
+
+
+def _values_only(cal: Calibration, changed: Iterable[PathSegments]) -> bool:
+    """Whether every change is to a continuous number the calibration has: no list, block or budget changes, and
+    so no tree's limit on an accept length, nor the numbers a range may name (a fit's trials, the band's corners)."""
+    domains = [cal.domains.get(format_path(path)) for path in changed]
+    return all(domain is not None and not domain.integer for domain in domains)
 
 
 def _read_section(top: _Reader, key: str) -> object:
@@ -2852,7 +2859,9 @@ def _roots(
     else:  # geometric, 2^-20 to 2^20 times the distance of the value in force from the domain's low end
         grid = [domain.low + span * 2.0 ** (k / 8) for k in range(-160, 161)]
     grid = [v for v in grid if v in domain]
-    roots, seen = crossings(gap, grid)
+    chunks = [grid[i : i + GRID_CHUNK] for i in range(0, len(grid), GRID_CHUNK)]  # on every CPU: see over_cpus
+    gaps = itertools.chain.from_iterable(over_cpus([functools.partial(_gaps, gap, chunk) for chunk in chunks]))
+    roots, seen = crossings(gap, [(v, g) for v, g in zip(grid, gaps, strict=True) if g is not None])
     reached = [m.tok_s * math.exp(g) for g in seen]  # the predicted tok/s over the domain
     if reached and max(reached) - min(reached) <= 1e-9 * max(reached):
         raise CalibrationError(
@@ -2878,13 +2887,21 @@ def _apart(value: float, other: float) -> str:
     return repr(value)
 
 
-def crossings(gap: Callable[[float], float | None], grid: list[float]) -> tuple[list[float], list[float]]:
-    """Each sign change of gap along the grid, narrowed by bisection; and every gap seen.
+GRID_CHUNK = 50  # values of a scan for roots that a worker tries at a time
 
-    >>> crossings(lambda v: (v - 1) * (v - 3), [0.5 * i for i in range(9)])[0]
+
+def _gaps(gap: Callable[[float], float | None], values: Sequence[float]) -> list[float | None]:
+    return [gap(v) for v in values]
+
+
+def crossings(gap: Callable[[float], float | None], seen: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """Each sign change of gap between the values seen, (value, gap) in order, narrowed by bisection; and
+    every gap seen.
+
+    >>> f = lambda v: (v - 1) * (v - 3)
+    >>> crossings(f, [(v, f(v)) for v in [0.5 * i for i in range(9)]])[0]
     [1.0, 3.0]
     """
-    seen = [(v, g) for v in grid if (g := gap(v)) is not None]
     roots = [v for v, g in seen if g == 0]
     for (a, ga), (b, gb) in itertools.pairwise(seen):
         if ga * gb >= 0:
