@@ -1122,3 +1122,26 @@ def test_the_default_document_is_not_changed_by_a_sweep() -> None:
     doc = default_doc()
     plan = eb.plan_sweep(doc, eb.parse_calibration(doc), [eb.parse_sweep("native_engine.overhead_cut=0.1,0.2")], "x")
     assert plan.size == 2 and doc == default_doc()
+
+
+def test_the_band_and_a_solve_scan_give_the_same_on_one_cpu_and_on_many(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, write_calibration: Any
+) -> None:
+    """10 ranges make 1,024 combinations of ends, which the workers estimate 256 at a time; a solve by bisection
+    scans its 401 values on the workers too. Either gives what one process gives."""
+    doc = default_doc()
+    more = ("anchors.ddtree.accept", "stronger_drafter.accept[1]", "moe_curve.points[1].ms")
+    doc["ranges"] |= {key: {"relative": 0.05, "source": "x"} for key in more}
+    doc["ranges"]["hardware.reference.mem_bandwidth_tb_s"] = {"low": 1.7, "high": 1.9, "source": "x"}
+    path = str(write_calibration(doc))
+    solve = ["--solve", "hardware.target.mem_bandwidth_tb_s", "--observed", "stronger/native@14=1000"]
+    for args in (["--sensitivity"], solve):
+        runs = {}
+        for cpus in (2, 1):
+            forked = on_cpus(monkeypatch, cpus)
+            runs[cpus] = run_main(capsys, "--calibration", path, *args, "--format", "json")
+            assert runs[cpus].code == 0 and len(forked) == (2 if cpus == 2 else 0), (args, runs[cpus].err)
+        assert runs[2] == runs[1]
+        studied = runs[1].json().get("sensitivity")
+        assert studied is None or studied["band"]["combinations"] == 1024
+    assert runs[1].json()["solve"]["method"] == "bisection"
