@@ -65,6 +65,7 @@ MAX_RANGES = 10  # the band tries every combination of range ends: 2^10
 MAX_PATH = 16  # segments of a key path; the deepest in a calibration has 5
 MAX_TEXT = 500  # characters of a name, label, source or note: the longest shipped is 263; tables wrap them
 MAX_NESTING = 32  # lists and objects within a --set value
+MAX_HINTED = 5000  # keys a "did you mean" compares: a calibration at every limit has about 2,500 numbers
 MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid
 MAX_SWEEP_SCENARIOS = 1_000_000  # in all its points: 100,000 points of the shipped calibration's 8 are 800,000
 FAR_FROM_BEFORE = 10  # a fitted or solved value this many times, or this fraction of, its value before: a warning
@@ -1026,7 +1027,7 @@ def _not_assumed(key: str) -> str:
 def _closest(word: str, candidates: Iterable[str]) -> str | None:
     import difflib  # only on the error path
 
-    near = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.5)
+    near = difflib.get_close_matches(word, list(itertools.islice(candidates, MAX_HINTED)), n=1, cutoff=0.5)
     return near[0] if near else None
 
 
@@ -1750,6 +1751,9 @@ def parse_value(text: str) -> object:
     except CalibrationError:
         raise
     except ValueError:
+        if re.fullmatch(r"\s*-?[1-9][0-9]*\s*", text):  # a JSON integer past the digits Python turns into one
+            digits = sum(c.isdigit() for c in text)
+            raise CalibrationError("", f"an integer of {digits:,} digits; expected a number of sensible size") from None
         return text
     except RecursionError:
         raise too_deep from None

@@ -334,6 +334,19 @@ def test_an_endless_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert_clean_error(run_main(capsys, "--calibration", "/dev/zero"), "/dev/zero: is larger than 4 MiB")
 
 
+def test_a_missing_key_among_a_file_of_near_misses(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
+    """An object of 230,000 keys like the one missing, within the size limit: the hint compares 5,000 of them, so
+    the error comes at once (comparing every key had taken 3 s)."""
+    doc = default_doc()
+    del doc["anchors"]["ar_tok_s"]
+    doc["anchors"] |= {f"ar_tok{i:06d}": 0 for i in range(230_000)}
+    path = write_calibration(json.dumps(doc, separators=(",", ":")))
+    assert path.stat().st_size < eb.MAX_FILE_BYTES
+    start = time.perf_counter()
+    assert_clean_error(run_main(capsys, "--calibration", str(path)), "anchors.ar_tok_s: missing; expected a number > 0")
+    assert time.perf_counter() - start < 2
+
+
 def test_a_pipe_with_no_writer_reads_as_empty(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     fifo = tmp_path / "cal.fifo"
     os.mkfifo(fifo)
@@ -509,6 +522,9 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--sweep", "native_engine.overhead_cut=0.1,0.2,"], "item 3 of 3 is empty"),
         (["--sweep", "native_engine.overhead_cut=0.1,,0.2"], "item 2 of 3 is empty"),
         (["--set", "x=" + "[" * 1000 + "]" * 1000], "a value nested more than 32 deep"),
+        # past the 4,300 digits Python turns into an integer: not a text of 4,301 characters
+        (["--set", "native_engine.overhead_cut=" + "1" * 4301], "an integer of 4,301 digits; expected a number of"),
+        (["--measured", "ar/native=-" + "1" * 5000], "1: an integer of 5,000 digits; expected a number"),
         (["--set", ".".join(["a"] * 1000) + "=1"], "a key path of more than 16 parts"),
         (["--set", "moe_curve.points[²].ms=1"], "bad index [²]; expected [N] with a whole number N"),
         (["--sweep", "moe_curve.points[\u0661].ms=1"], "bad index [\u0661]; expected [N]"),
