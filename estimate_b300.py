@@ -968,6 +968,11 @@ def shows_something(text: str) -> bool:
     return any(unicodedata.category(ch)[0] in "LNPS" and ch not in blank for ch in text)
 
 
+def documents(key: str) -> bool:
+    """Whether a key holds text that documents a value: `source`, `note`, `<key>_source` or `<key>_note`."""
+    return key in ("source", "note") or key.endswith(("_source", "_note"))
+
+
 def _describe(value: object) -> str:
     """A value as an error message shows it: 40 -> '40', "8" -> 'a string "8"', [1] -> 'a list [1]'."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
@@ -1169,12 +1174,10 @@ class _Reader:
 
     def finish(self) -> None:
         for key, value in self.data.items():
-            documents = key in ("source", "note") or (
-                key.endswith(("_source", "_note")) and key.rpartition("_")[0] in self.known
-            )
-            if documents and not isinstance(value, str):
+            text = documents(key) and (key in ("source", "note") or key.rpartition("_")[0] in self.known)
+            if text and not isinstance(value, str):
                 raise self.error(key, f"got {_kind(value)}; expected a string (documentation)")
-            if not documents and key not in self.known:
+            if not text and key not in self.known:
                 hint = _unknown(key, self.known, "known keys: " + ", ".join(self.known), prefix=self.at(""))
                 raise self.error(key, f"unknown key ({hint})")
 
@@ -3919,9 +3922,7 @@ def _assumption_list(report: Report) -> str:
         if isinstance(node, dict) and not (path and isinstance(path[-1], int)):
             source = own if isinstance(own := node.get("source"), str) else source
             for key, value in node.items():
-                if key in ("source", "note", "schema_version", "ranges", "measurements") or key.endswith(
-                    ("_source", "_note")
-                ):
+                if documents(key) or key in ("schema_version", "ranges", "measurements"):
                     continue
                 if not path:  # a section: its heading and its own source
                     section_source = value.get("source", "") if isinstance(value, dict) else ""
@@ -3934,7 +3935,7 @@ def _assumption_list(report: Report) -> str:
                 walk(item, (*path, i), own, section_source)
         else:
             if isinstance(node, dict):  # an object inside a list: its fields, less the documentation
-                node = {k: v for k, v in node.items() if k not in ("source", "note") and not k.endswith("_source")}
+                node = {k: v for k, v in node.items() if not documents(k)}
             shown = source if source != section_source else ""
             said = _changed_source(report, path, shown)
             name = format_path(path[1:]) or format_path(path)
@@ -4428,9 +4429,7 @@ def parse_options(args: argparse.Namespace) -> Options:
             parse_path(text)
     sweeps = tuple(parse_sweep(text) for text in args.sweep)
     for s in sweeps:  # a logged measurement, a range or a text that documents moves no scenario, which a sweep shows
-        last = str(s.path[-1])
-        documents = last in ("source", "note") or last.endswith(("_source", "_note"))
-        if s.path[0] in ("measurements", "ranges") or documents:  # (--measured's are in the first: they'd go unseen)
+        if s.path[0] in ("measurements", "ranges") or documents(str(s.path[-1])):  # --measured's go in the first
             what = {"measurements": "a logged measurement", "ranges": "a range (for the band and --sensitivity)"}.get(
                 str(s.path[0]), "a text that documents a value"
             )

@@ -9,6 +9,7 @@ import itertools
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import DEFAULT_CALIBRATION, GOLDEN, default_doc, default_estimate, flat, run_main, run_script
@@ -129,6 +130,13 @@ def test_markdown_document_parts(capsys: pytest.CaptureFixture[str]) -> None:
     assert "`overhead_cut` = 0.4: assumed" in out
     assert '`points[0]` = {"m": 1, "ms": 1.15, "basis": "inferred"}: not a recorded measurement' in out
     assert "- \\* MoE extrapolated: M = 33" in out  # escaped, so it is not a nested list item
+
+
+def test_a_points_documentation_is_not_its_value(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
+    doc = default_doc()
+    doc["moe_curve"]["points"][1] |= {"ms_note": "run twice", "ms_source": "bench log 3", "note": "warm"}
+    out = run_main(capsys, "--calibration", str(write_calibration(doc)), "--format", "markdown").out
+    assert '  - `points[1]` = {"m": 9, "ms": 8.85, "basis": "measured"}: measured on the RTX PRO 6000' in out
 
 
 def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
