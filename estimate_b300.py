@@ -243,10 +243,6 @@ class Domain(NamedTuple):
         above = value > self.low or (not self.low_open and value == self.low)
         return above and (value < self.high or (not self.high_open and value == self.high))
 
-    @property
-    def ends(self) -> tuple[float, float]:
-        return self.low, self.high
-
     def describe(self) -> str:
         """In words: Domain() -> 'a number > 0'."""
         if self.integer:
@@ -1019,14 +1015,14 @@ def assumptions(domains: dict[str, Domain]) -> list[str]:
     return [path for path, domain in domains.items() if not domain.integer and not path.startswith(NOT_ASSUMED)]
 
 
-def _not_an_assumption(key: str, domains: dict[str, Domain]) -> bool:
-    """A logged measurement's number, or anything in `ranges` (whose own numbers are read after the others)."""
-    return key.startswith("ranges.") or (key in domains and key.startswith(NOT_ASSUMED))
-
-
-def _not_assumed(key: str) -> str:
-    section = "measurements" if key.startswith("measurements") else "ranges"
-    return f"is in `{section}`, not an assumption of the model; expected e.g. native_engine.overhead_cut"
+def not_an_assumption(key: str, domains: dict[str, Domain], varied_by: str) -> str | None:
+    """Why --fit, --solve or a range (`varied_by`) may not vary a key, or None when it is one of `assumptions`."""
+    if key in domains and domains[key].integer:
+        return f"is a whole number; {varied_by} needs a continuous one"
+    if key.startswith("ranges.") or (key in domains and key.startswith(NOT_ASSUMED)):  # ranges' are read last
+        section = "measurements" if key.startswith("measurements") else "ranges"
+        return f"is in `{section}`, not an assumption of the model; expected e.g. native_engine.overhead_cut"
+    return None if key in domains else _not_a_number(key, assumptions(domains))
 
 
 def _closest(word: str, candidates: Iterable[str]) -> str | None:
@@ -1192,10 +1188,8 @@ def _read_hardware(hw: _Reader) -> Hardware:
     return Hardware(*gpus)
 
 
-def _read_model(section: _Reader | None) -> ModelGeometry | None:
+def _read_model(section: _Reader) -> ModelGeometry:
     """The optional `model` section, checked field by field and across fields."""
-    if section is None:
-        return None
     may_be_zero = ("dense_layers", "shared_experts")
     counts = {key: section.count(key, 0 if key in may_be_zero else 1) for key in ModelGeometry._fields[:-1]}
     model = ModelGeometry(**counts, curve_includes_shared_expert=section.flag("curve_includes_shared_expert", False))
@@ -1250,10 +1244,8 @@ def _read_anchors(anchors: _Reader) -> Anchors:
     return Anchors(ar_tok_s, ddtree, measured_on)
 
 
-def _read_sglang(section: _Reader | None) -> SglangPipeline | None:
+def _read_sglang(section: _Reader) -> SglangPipeline:
     """The optional `sglang` section: the largest budget the SGLang pipeline can verify, and why."""
-    if section is None:
-        return None
     reason = section.data.get("max_budget_source", section.data.get("source", ""))
     pipeline = SglangPipeline(section.count("max_budget"), printable(reason) if isinstance(reason, str) else "")
     section.finish()
@@ -1317,7 +1309,7 @@ def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
     return tuple(found)
 
 
-def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
+def _read_ranges(section: _Reader) -> tuple[Range, ...]:
     """The optional `ranges` section: {path: {low, high} or {relative}, each with a source}.
 
     A relative range is taken around the value in force (after --set, --fit or --solve): 0.03 around
@@ -1325,22 +1317,15 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
     relative one's move with the value, and an end the calibration cannot take costs the band, which
     is where it is found (an error with --sensitivity).
     """
-    if section is None:
-        return None
     domains = section.domains or {}
-    numbers = assumptions(domains)
     ranges = []
     keys = [key for key in section.data if key not in ("source", "note")]
     if len(keys) > MAX_RANGES:
         message = f"has {len(keys)} ranges; expected at most {MAX_RANGES} (the band tries every combination of ends)"
         raise CalibrationError(section.path, message)
     for key in keys:
-        if key in domains and domains[key].integer:  # as --fit and --solve say of it
-            raise section.error(key, "is a whole number; a range needs a continuous one")
-        if _not_an_assumption(key, domains):  # as --fit and --solve say of it
-            raise section.error(key, _not_assumed(key))
-        if key not in numbers:
-            raise section.error(key, _not_a_number(key, numbers))
+        if why := not_an_assumption(key, domains, "a range"):  # as --fit and --solve say of it
+            raise section.error(key, why)
         entry, domain = section.child(key), domains[key]
         if "relative" in entry.data and (both := [end for end in ("low", "high") if end in entry.data]):
             raise entry.error(both[0], "a range is {low, high} or {relative}, not both; expected one of the two")
@@ -1365,7 +1350,7 @@ def _read_ranges(section: _Reader | None) -> tuple[Range, ...] | None:
 
 # Each top-level section, its reader and what the reader is handed, in the order they are read: `ranges` last,
 # since its ends are checked against the domains of every number before it. A sweep re-reads only the sections it
-# changes. An optional section's reader is handed None when it is absent; `measurements`, a list, the top level.
+# changes. An optional section that is absent reads as None; `measurements`, a list, is read from the top level.
 SECTIONS: dict[str, tuple[Callable[[Any], object], str]] = {
     "hardware": (_read_hardware, "object"),
     "model": (_read_model, "optional"),
@@ -1432,8 +1417,12 @@ def _values_only(cal: Calibration, changed: Iterable[PathSegments]) -> bool:
 
 
 def _read_section(top: _Reader, key: str) -> object:
+    """A section read by its reader; None for an optional section that is absent."""
     read, handed = SECTIONS[key]
-    return read(top if handed == "top" else top.optional_child(key) if handed == "optional" else top.child(key))
+    if handed == "optional":
+        section = top.optional_child(key)
+        return None if section is None else read(section)
+    return read(top if handed == "top" else top.child(key))
 
 
 def _checked(cal: Calibration, read: Container[str]) -> Calibration:
@@ -2389,14 +2378,9 @@ def fittable(cal: Calibration, path_text: str, option: str) -> tuple[PathSegment
     """A key path that --fit and --solve may vary: a continuous number of the calibration, not a range."""
     path = parse_path(path_text)
     key = format_path(path)
-    candidates = assumptions(cal.domains)
-    if key in candidates:
-        return path, cal.domains[key]
-    if key in cal.domains and cal.domains[key].integer:
-        raise CalibrationError(key, f"is a whole number; {option} needs a continuous one", file=option)
-    if _not_an_assumption(key, cal.domains):
-        raise CalibrationError(key, _not_assumed(key), file=option)
-    raise CalibrationError(key, _not_a_number(key, candidates), file=option)
+    if why := not_an_assumption(key, cal.domains, option):
+        raise CalibrationError(key, why, file=option)
+    return path, cal.domains[key]
 
 
 def fit(
@@ -2665,14 +2649,14 @@ def _clipped(values: Sequence[float], ends: Sequence[tuple[float, float]]) -> li
 def _at_edge(value: float, domain: Domain) -> bool:
     """Within 1e-5 of the domain's size of an end: where the fit stops a value that the measurements push past
     it (and where an interior minimum that close to an end is told of as on the edge too)."""
-    return any(math.isfinite(end) and abs(value - end) <= 1e-5 * _size(domain) for end in domain.ends)
+    return any(math.isfinite(end) and abs(value - end) <= 1e-5 * _size(domain) for end in (domain.low, domain.high))
 
 
 def _size(domain: Domain) -> float:
     """How large a domain counts as: its largest finite end, at least 1 (in the units the calibration uses).
     Not the value's start, which may be anything --set put there: a margin that scaled with it would keep a
     value started at 1e12 above 1,000."""
-    return max([abs(end) for end in domain.ends if math.isfinite(end)] + [1.0])
+    return max([abs(end) for end in (domain.low, domain.high) if math.isfinite(end)] + [1.0])
 
 
 class Residuals(Protocol):
