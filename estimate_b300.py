@@ -2383,6 +2383,11 @@ def fittable(cal: Calibration, path_text: str, option: str) -> tuple[PathSegment
     return path, cal.domains[key]
 
 
+NullWhy = Literal["all", "alone", "wall", "steps", "budget", "unpredicted"]  # why a leave-one-out residual is null
+EVALUATIONS = " evaluations of the model (predictions, trees' steps, the report's scenarios, re-reads)"
+Stop = Literal["minimum", "wall", "steps", "budget"]  # where a least squares stopped: see _levenberg_marquardt
+
+
 def fit(
     doc: object, cal: Calibration, paths: Sequence[str], measurements: Sequence[Measurement], option: str = "--fit"
 ) -> Fit:
@@ -2569,7 +2574,7 @@ def _leave_one_out(
     return loo, warnings
 
 
-def _stop_warning(stop: "Stop", failed: CalibrationError | None, option: str) -> str:
+def _stop_warning(stop: Stop, failed: CalibrationError | None, option: str) -> str:
     """Why a least squares stopped short of a minimum: at a wall of the calibration, or out of steps or budget."""
     if stop == "wall" and failed:
         return (
@@ -2613,10 +2618,6 @@ def _times(ratio: float) -> str:
     up = max(ratio, 1 / ratio)
     text = f"{up:,.0f}" if up >= 100 else f"{up:.3g}"
     return f"{text}x" if ratio >= 1 else f"1/{text} of"
-
-
-NullWhy = Literal["all", "alone", "wall", "steps", "budget", "unpredicted"]  # why a leave-one-out residual is null
-EVALUATIONS = " evaluations of the model (predictions, trees' steps, the report's scenarios, re-reads)"
 
 
 def _null_warning(option: str, why: NullWhy, count: int) -> str:
@@ -2664,9 +2665,6 @@ class Residuals(Protocol):
     difference, measures a slope only: it does not estimate the report's scenarios, as a trial does."""
 
     def __call__(self, values: Sequence[float], *, probe: bool = False) -> list[float] | None: ...
-
-
-Stop = Literal["minimum", "wall", "steps", "budget"]  # where a least squares stopped: see _levenberg_marquardt
 
 
 def _jacobian(
@@ -3838,11 +3836,9 @@ def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
 
 def render_tables(report: Report, style: Style) -> Iterable[str]:
     header = re.sub("(overrides|measured|fitted|solved): ", rf"\1:{GLUE}", _header_line(report))  # a label by its value
-    parts = [style.wrap(header, "  "), _title(report)]
+    parts = [f"{style.wrap(header, '  ')}\n{_title(report)}"]
     if report.sweep is None:
-        parts = [f"{parts[0]}\n{parts[1]}", "\n".join(style.wrap(line, "  ") for line in headline_lines(report))]
-    else:
-        parts = ["\n".join(parts)]
+        parts.append("\n".join(style.wrap(line, "  ") for line in headline_lines(report)))
     parts += [f"{style.wrap(s.title)}\n{s.body}".rstrip("\n") for s in sections(report, style)]
     if style.chart_width and report.sweep is None:
         parts.append(breakdown_chart(report.estimate.scenarios, style.chart_width, style.ascii_only))
@@ -4390,19 +4386,16 @@ def _has_tabulate() -> bool:
 def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
     """--observed and --measured: 'current/native=463' (--measured also takes 'ar/native=201')."""
     label, sep, tok_s_text = text.rpartition("=")
-    if not sep:
-        raise CalibrationError(
-            "", "expected SCENARIO=TOK_S, e.g. current/native=463", file=f"{option} {shortened(text)}"
-        )
     with naming(option, text):  # the whole text: 'current/native=415=3' is wrong in its label, as typed
+        if not sep:
+            raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463")
         spec = ScenarioSpec.parse(option, label, autoregressive=option == "--measured")
         tok_s = parse_value(tok_s_text)
-    if tok_s not in THROUGHPUT:
-        underflow = isinstance(tok_s, float) and tok_s == 0  # 1e-400 is named as typed, not as the 0 it reads as
-        got = shortened(tok_s_text.strip()) if underflow else _describe(tok_s)
-        message = f"got {got}; expected a positive throughput in tok/s, {THROUGHPUT.describe()}"
-        raise CalibrationError("", message, file=f"{option} {shortened(text)}")
-    return spec, float(tok_s)
+        if tok_s not in THROUGHPUT:
+            underflow = isinstance(tok_s, float) and tok_s == 0  # 1e-400 is named as typed, not as the 0 it reads as
+            got = shortened(tok_s_text.strip()) if underflow else _describe(tok_s)
+            raise CalibrationError("", f"got {got}; expected a positive throughput in tok/s, {THROUGHPUT.describe()}")
+        return spec, float(tok_s)
 
 
 def parse_options(args: argparse.Namespace) -> Options:
