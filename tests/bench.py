@@ -17,8 +17,9 @@
    leave-one-out), and 2 and 5 values to 100 measurements with leave-one-out.
 4. Large runs: a 1,000-point curve with --sensitivity, fits of 100 measurements over many trees
    (of 8 values too, and of measurements no values can reach, which spend the fit's budgets),
-   and a sweep of one point: the installed command with --format json, 3 rounds, on every CPU
-   and on one.
+   a sweep of one point, and the largest cases an attack found (10 ranges, 4 on accept lengths,
+   beside a fit of 8 values or a solve by bisection): the installed command with --format json,
+   3 rounds, on every CPU and on one.
 
 It needs `pip install .` (or `-e .`) into the interpreter that runs it.
 """
@@ -235,9 +236,12 @@ def large_calibrations(directory: Path) -> dict[str, list[str]]:
                                      "accept": round(rng.uniform(1.5, min(block, budget) + 1), 2)})  # fmt: skip
     runaway = {**wild, "measurements": [{**m, "tok_s": 50 * m["tok_s"]} for m in wild["measurements"]]}
     lengths = {**wild, "stronger_drafter": {**wild["stronger_drafter"], "accept": [1 + i / 4 for i in range(64)]}}
+    on_accepts = {key: {"relative": 0.01, "source": "x"} for key in ("anchors.ddtree.accept", *(
+        f"stronger_drafter.accept[{i}]" for i in (10, 30, 50)))}  # fmt: skip
+    studied = {**lengths, "ranges": doc["ranges"] | on_accepts}  # 10 ranges, 4 of them on accept lengths
     files = {}
     named = {"sensitivity": sensitivity, "experts": experts, "trees": trees, "wild": wild, "runaway": runaway,
-             "lengths": lengths}  # fmt: skip
+             "lengths": lengths, "studied": studied}  # fmt: skip
     for name, content in named.items():
         files[name] = directory / f"{name}.json"
         files[name].write_text(json.dumps(content))
@@ -267,6 +271,15 @@ def large_calibrations(directory: Path) -> dict[str, list[str]]:
             *wild8,
         ],
         "--sweep of one point's time over 101 values": [f"--calibration={files['trees']}", f"--sweep={sweep}"],
+        "the 64 accept lengths, 10 ranges (4 on accept lengths): --fit of 8 values and --sensitivity": [
+            f"--calibration={files['studied']}",
+            *wild8,
+            "--sensitivity",
+        ],
+        "the same: --solve of an accept length, --sensitivity and --all": [
+            f"--calibration={files['studied']}",
+            *["--solve=anchors.ddtree.accept", "--observed=current/native=470", "--sensitivity", "--all"],
+        ],
     }
 
 
