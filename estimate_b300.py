@@ -4390,6 +4390,12 @@ def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
         if not sep:
             raise CalibrationError("", "expected SCENARIO=TOK_S, e.g. current/native=463")
         spec = ScenarioSpec.parse(option, label, autoregressive=option == "--measured")
+        if option == "--measured" and spec.drafter == "stronger" and spec.accept is None:  # current's: the anchor's
+            raise CalibrationError(
+                "",
+                "the stronger drafter's accept lengths in the calibration are assumptions, not "
+                "a measurement's; expected the one measured, e.g. stronger/native@13.2=900",
+            )
         tok_s = parse_value(tok_s_text)
         if tok_s not in THROUGHPUT:
             underflow = isinstance(tok_s, float) and tok_s == 0  # 1e-400 is named as typed, not as the 0 it reads as

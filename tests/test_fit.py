@@ -563,7 +563,7 @@ def test_a_value_held_just_above_0_lets_the_others_reach_their_minimum(capsys: p
     """curve(1) is pushed to its end just above 0, where a change of it is differenced over a step that float
     noise would swamp if it scaled with the value; the bandwidth must still reach its minimum with curve(1) there."""
     measured = [f"--measured={m}" for m in ("current/sglang=363.509", "current/native=477.659",
-                                            "current/native=450.421", "stronger/native=972.944")]  # fmt: skip
+                                            "current/native=450.421", "stronger/native@14=972.944")]  # fmt: skip
     fit = ["--fit", "moe_curve.points[0].ms", "--fit", "hardware.target.mem_bandwidth_tb_s", "--format", "json"]
     odd = [
         "--set",
@@ -910,6 +910,9 @@ def test_smaller_holes_in_the_log(capsys: pytest.CaptureFixture[str], write_cali
             run_with(capsys, write_calibration, with_log([{**entry, "label": blank}])), "label: is blank"
         )
     assert_clean_error(run_main(capsys, "--measured", "current/native@=415"), "nothing after @")
+    # the stronger drafter's accept lengths are assumptions: a measurement of it says what it measured
+    told = "--measured stronger/native=900: the stronger drafter's accept lengths in the calibration are assumptions"
+    assert_clean_error(run_main(capsys, "--measured", "stronger/native=900"), told)
     assert_clean_error(run_main(capsys, *["--measured", "ar/native=190"] * 600), "1,200 arguments; expected at most")
     # an entry from the command line is named by its option, in warnings and in --explain, not by its list place
     sglang = run_main(capsys, "--calibration", str(EXAMPLE), "--measured", "stronger/sglang@12=500")
