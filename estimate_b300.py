@@ -1063,13 +1063,17 @@ def _as_json(value: object, domain: Domain) -> str:
         return ""
     if domain.integer and number.is_integer():
         number = int(number)
+    elif domain.integer:
+        return ""
     return f" (as JSON writes it: {_describe(number)})" if number in domain and math.isfinite(number) else ""
 
 
 def _accept(value: object, path: str, block: int, budget: int) -> float:
     """A mean accept length: at least 1, at most the smaller of block + 1 (the tree's depth) and budget + 1."""
-    accept = _number(value, path, ACCEPT)
     limit, bound = accept_limit(block, budget)
+    if isinstance(value, str):  # refused, with how JSON writes it if the tree allows that length
+        _number(value, path, ACCEPT._replace(high=limit, high_open=False))
+    accept = _number(value, path, ACCEPT)
     if accept > limit:
         raise CalibrationError(
             path, f"{_describe(value)} exceeds the tree's limit {bound} (the smaller of block+1 and budget+1); "
@@ -1742,11 +1746,13 @@ def parse_value(text: str) -> object:
         value = json.loads(text, object_pairs_hook=_each_key_once)
     except CalibrationError:
         raise
-    except ValueError:
-        if re.fullmatch(r"\s*-?[1-9][0-9]*\s*", text):  # a JSON integer past the digits Python turns into one
-            digits = sum(c.isdigit() for c in text)
-            raise CalibrationError("", f"an integer of {digits:,} digits; expected a number of sensible size") from None
+    except json.JSONDecodeError:
         return text
+    except ValueError:  # JSON, with an integer past the digits Python turns into one
+        limit = f"{sys.get_int_max_str_digits():,}"
+        raise CalibrationError(
+            "", f"an integer of more than {limit} digits; expected a number of sensible size"
+        ) from None
     except RecursionError:
         raise too_deep from None
     level, depth = [value], 0
@@ -1810,7 +1816,7 @@ class ScenarioSpec(NamedTuple):
             if isinstance(number, (int, float)) and not isinstance(number, bool) and abs(number) < MAX_FIGURE:
                 accept = float(number)
             if not math.isfinite(accept):
-                raise bad(f"@{shown}: expected an accept length, e.g. @14")
+                raise bad(f"@{shown}: expected an accept length, e.g. @14{_as_json(number, ACCEPT)}")
             if accept < 1:  # here, where the text is as typed: @1e-400 is 0 by now
                 raise bad(f"@{shown}: got {_describe(number)}; expected {ACCEPT.describe()}")
         return ScenarioSpec(drafter, pipeline, accept)
@@ -1862,8 +1868,12 @@ def over_cpus(tasks: Sequence[Callable[[], T]], min_tasks: int = 2) -> Generator
 
     started: list[tuple[int, BinaryIO] | None] = []  # each worker's pid and the pipe it writes to
     try:
-        for w in range(workers):
-            started.append(_start_worker(tasks[w::workers], started))
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # until each worker is listed: a Ctrl-C
+        try:  # between a fork and the list would leave that worker to run on, as `finally` ends the listed ones
+            for w in range(workers):
+                started.append(_start_worker(tasks[w::workers], started))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         for i, task in enumerate(tasks):
             worker = started[i % workers]
             data = _received(worker[1]) if worker else None
@@ -1898,6 +1908,9 @@ def _start_worker(
         return None
     if pid == 0:  # the worker, which never returns; a task that fails ends it, and the parent does that task
         try:
+            import signal
+
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held while the parent forked it
             _silence(2)  # whatever it would say (a warning, an error), the parent says if it matters
             gc.disable()  # see the docstring
             os.close(fd_in)
@@ -4400,7 +4413,8 @@ def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
         if tok_s not in THROUGHPUT:
             underflow = isinstance(tok_s, float) and tok_s == 0  # 1e-400 is named as typed, not as the 0 it reads as
             got = shortened(tok_s_text.strip()) if underflow else _describe(tok_s)
-            raise CalibrationError("", f"got {got}; expected a positive throughput in tok/s, {THROUGHPUT.describe()}")
+            expected = f"a positive throughput in tok/s, {THROUGHPUT.describe()}{_as_json(tok_s, THROUGHPUT)}"
+            raise CalibrationError("", f"got {got}; expected {expected}")
         return spec, float(tok_s)
 
 

@@ -910,6 +910,10 @@ def test_smaller_holes_in_the_log(capsys: pytest.CaptureFixture[str], write_cali
             run_with(capsys, write_calibration, with_log([{**entry, "label": blank}])), "label: is blank"
         )
     assert_clean_error(run_main(capsys, "--measured", "current/native@=415"), "nothing after @")
+    told = 'got a string ".5e3"; expected a positive throughput in tok/s, a number >= 1e-06 and < 1e+15 (as JSON writes'
+    assert_clean_error(run_main(capsys, "--measured", "current/native=.5e3"), told)
+    named = run_main(capsys, "--set", "hardware.target.name=\u00a0123")  # a text: a no-break space is not JSON's blank
+    assert named.code == 0 and "Kimi K2.x + DDTree at concurrency 1 on \u00a0123\n" in named.out
     # the stronger drafter's accept lengths are assumptions: a measurement of it says what it measured
     told = "--measured stronger/native=900: the stronger drafter's accept lengths in the calibration are assumptions"
     assert_clean_error(run_main(capsys, "--measured", "stronger/native=900"), told)

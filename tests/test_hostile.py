@@ -523,8 +523,9 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--sweep", "native_engine.overhead_cut=0.1,,0.2"], "item 2 of 3 is empty"),
         (["--set", "x=" + "[" * 1000 + "]" * 1000], "a value nested more than 32 deep"),
         # past the 4,300 digits Python turns into an integer: not a text of 4,301 characters
-        (["--set", "native_engine.overhead_cut=" + "1" * 4301], "an integer of 4,301 digits; expected a number of"),
-        (["--measured", "ar/native=-" + "1" * 5000], "1: an integer of 5,000 digits; expected a number"),
+        (["--set", "native_engine.overhead_cut=" + "1" * 4301], "an integer of more than 4,300 digits; expected a"),
+        (["--set", "stronger_drafter.accept=[" + "1" * 4301 + "]"], "accept=[111"),
+        (["--measured", "ar/native=-" + "1" * 5000], "111: an integer of more than 4,300 digits; expected a"),
         (["--set", ".".join(["a"] * 1000) + "=1"], "a key path of more than 16 parts"),
         (["--set", "moe_curve.points[²].ms=1"], "bad index [²]; expected [N] with a whole number N"),
         (["--sweep", "moe_curve.points[\u0661].ms=1"], "bad index [\u0661]; expected [N]"),
@@ -896,6 +897,28 @@ def test_a_reader_that_stops_early_leaves_no_worker(monkeypatch: pytest.MonkeyPa
     next(results)
     results.close()
     assert len(forked) == 2 and no_worker_is_left()
+
+
+def test_a_ctrl_c_just_after_a_fork_leaves_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C waits while the workers are forked and listed, so one that comes between the two ends the worker too
+    (before, it ran on until it wrote to the pipe the tool had closed by then)."""
+    forked = on_cpus(monkeypatch, 2)
+    fork = os.fork
+
+    def interrupted() -> int:
+        pid = fork()
+        if pid:
+            os.kill(os.getpid(), signal.SIGINT)  # the moment the first worker exists
+        return pid
+
+    monkeypatch.setattr(os, "fork", interrupted)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, however pytest was run
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            list(eb.over_cpus([functools.partial(time.sleep, 2)] * 4))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert forked and no_worker_is_left()
 
 
 def test_few_tasks_are_done_here(monkeypatch: pytest.MonkeyPatch) -> None:

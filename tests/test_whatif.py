@@ -82,6 +82,11 @@ def test_set_several_and_nested_index(capsys: pytest.CaptureFixture[str]) -> Non
             ['got a string ".3"; expected a number >= 0 and < 1 (as JSON writes it: 0.3)\n'],
         ),
         ("native_engine.overhead_cut=.", ['got a string "."; expected a number >= 0 and < 1\n']),
+        # the hint offers only what the key takes, and reads numbers as JSON does: no-break space is not blank there
+        ('stronger_drafter.block="16.5"', ['got a string "16.5"; expected a whole number from 1 to 1,000,000\n']),
+        ('stronger_drafter.accept[0]="40"', ['got a string "40"; expected a number >= 1 and <= 17\n']),
+        ('stronger_drafter.accept[0]="13"', ["expected a number >= 1 and <= 17 (as JSON writes it: 13)\n"]),
+        ("anchors.ar_tok_s=\u00a0133", ['got a string "\\u00a0133"; expected a number > 0 (as JSON writes it: 133)']),
         ("anchors.ar_tok_s.x=1", ["anchors.ar_tok_s: is a number, not an object"]),
         ("moe_curve.points[7].ms=1", ["moe_curve.points[7]: the list has 3 entries"]),
         ("moe_curve.points[x].ms=1", ["bad index"]),
