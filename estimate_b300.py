@@ -1174,10 +1174,10 @@ class _Reader:
 
     def finish(self) -> None:
         for key, value in self.data.items():
-            text = documents(key) and (key in ("source", "note") or key.rpartition("_")[0] in self.known)
-            if text and not isinstance(value, str):
+            documentation = documents(key) and (key in ("source", "note") or key.rpartition("_")[0] in self.known)
+            if documentation and not isinstance(value, str):
                 raise self.error(key, f"got {_kind(value)}; expected a string (documentation)")
-            if not text and key not in self.known:
+            if not documentation and key not in self.known:
                 hint = _unknown(key, self.known, "known keys: " + ", ".join(self.known), prefix=self.at(""))
                 raise self.error(key, f"unknown key ({hint})")
 
@@ -2904,6 +2904,7 @@ GRID_CHUNK = 50  # values of a scan for roots that a worker tries at a time
 
 
 def _gaps(gap: Callable[[float], float | None], values: Sequence[float]) -> list[float | None]:
+    """The gap at each of some values of a scan: one worker's task."""
     return [gap(v) for v in values]
 
 
