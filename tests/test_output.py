@@ -6,6 +6,7 @@ import csv
 import hashlib
 import io
 import itertools
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -354,3 +355,17 @@ def test_explain_names_where_a_block_reads_a_figure_from(
                 assert where != "Calibration"  # every block reads the calibration's
         assert references >= 10
     assert "\n  step = 12.39 ms, from Measurement x (y) (measurements[0])\n" in "\n\n".join(blocks)
+
+
+def test_a_sweeps_scenario_is_written_as_json_writes_it() -> None:
+    """A sweep writes each scenario from a template of its keys: the text json.dumps gives the same record, for every
+    kind of value (None without `model`, false where SGLang cannot run, a reason with quotes, escapes and non-ASCII)."""
+    doc = default_doc()
+    doc["sglang"]["max_budget_source"] = 'say "no" \\ to \u00e9\u4e2d\U0001f680\t\x1b, 1e400'
+    bare = {k: v for k, v in doc.items() if k != "model"}
+    for calibration in (doc, bare):
+        rows = eb.scenarios(eb.parse_calibration(calibration))
+        assert {row.runnable for row in rows} == {True, False}
+        for row in rows:
+            assert eb.scenario_json_text(row) == json.dumps(eb._scenario_json(row))
+    assert None in eb._scenario_json(rows[-1]).values()  # the floor and the ceiling, without `model`
