@@ -4337,7 +4337,8 @@ def build_parser(columns: int) -> argparse.ArgumentParser:
     many(
         "--measured",
         metavar="SCENARIO=TOK_S",
-        help="log one more measured throughput, e.g. current/native=415 or ar/native=201; repeatable",
+        help="log one more measured throughput, e.g. current/native=415, stronger/native@13.2=900 (its accept "
+        "length as measured) or ar/native=201; repeatable",
     )
     many(
         "--fit",
