@@ -1843,7 +1843,7 @@ def median_place(drafter: Drafter) -> int:
     return order[(len(order) - 1) // 2]
 
 
-# --- Work spread over the CPUs: large sweeps, and the leave-one-out refits of a large fit ---
+# --- Work spread over the CPUs: large sweeps, the band, a solve's scan, the leave-one-out refits of a large fit ---
 
 
 MAX_WORKERS = 8  # forked processes at most, each a copy of the interpreter (measured here on 2 CPUs only)
