@@ -980,11 +980,22 @@ def _describe(value: object) -> str:
         text = f"{value:.15g}"  # 40.0 -> '40', 0.1 -> '0.1'
         return text if float(text) == value else repr(value)  # 0.9999999999999999, not 1, below a bound of 1
     try:
-        text = json.dumps(value, allow_nan=True)
+        text = json_shown(value)
     except (RecursionError, ValueError):  # nested deeper than the stack allows
         return _kind(value) + " nested too deep to show"
     text = text if len(text) <= 40 else text[:37] + "..."
     return f"{_kind(value)} {text}" if isinstance(value, (str, list, dict)) else text
+
+
+def json_shown(value: object) -> str:
+    r"""JSON as a message or a table shows it: a letter of any script as it is, a character that does not show
+    (a control, a space other than " ", a joiner, a lone surrogate) as JSON escapes it.
+
+    >>> print(json_shown(["B300 中文", "\u00a0133\n"]))
+    ["B300 中文", "\u00a0133\n"]
+    """
+    text = json.dumps(value, allow_nan=True, ensure_ascii=False)
+    return text if text.isprintable() else "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in text)
 
 
 def _kind(value: object) -> str:
@@ -1770,7 +1781,7 @@ def _each_key_once(pairs: list[tuple[str, object]]) -> dict[str, object]:
     for key, _ in pairs:
         if key in seen:
             message = "appears twice in an object; expected each key once (the later one would win)"
-            raise CalibrationError("", f"{shortened(json.dumps(key, ensure_ascii=False))} {message}")
+            raise CalibrationError("", f"{shortened(json_shown(key))} {message}")
         seen.add(key)
     return dict(pairs)
 
@@ -2192,7 +2203,7 @@ def _as_typed(value: object) -> str:
         plain = parse_value(value) == value
     except CalibrationError:  # JSON nested too deep to be a value: a text, typed in quotes
         plain = False
-    return value if plain else json.dumps(value, ensure_ascii=False)
+    return value if plain else json_shown(value)
 
 
 # --- Sensitivity ---
@@ -3216,12 +3227,12 @@ def _json_text(value: object) -> str:
     if isinstance(value, list):
         return f"[{', '.join(map(_json_text, value))}]"
     if isinstance(value, dict):
-        return f"{{{', '.join(f'{json.dumps(k)}: {_json_text(v)}' for k, v in value.items())}}}"
+        return f"{{{', '.join(f'{_json_text(k)}: {_json_text(v)}' for k, v in value.items())}}}"
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
         import decimal
 
         return f"{decimal.Decimal(value).normalize(decimal.Context(prec=6)):g}"
-    return json.dumps(value)
+    return json_shown(value)
 
 
 MARKDOWN_ESCAPES = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~#&"})  # each with a backslash before it

@@ -87,6 +87,9 @@ def test_set_several_and_nested_index(capsys: pytest.CaptureFixture[str]) -> Non
         ('stronger_drafter.accept[0]="40"', ['got a string "40"; expected a number >= 1 and <= 17\n']),
         ('stronger_drafter.accept[0]="13"', ["expected a number >= 1 and <= 17 (as JSON writes it: 13)\n"]),
         ("anchors.ar_tok_s=\u00a0133", ['got a string "\\u00a0133"; expected a number > 0 (as JSON writes it: 133)']),
+        # a letter of any script as typed, a space that is not " " and a joiner escaped
+        ('anchors.ar_tok_s="八\u200d"', ['got a string "八\\u200d"; expected a number > 0\n']),
+        ('anchors.ar_tok_s=["八"]', ['got a list ["八"]; expected a number > 0\n']),
         ("anchors.ar_tok_s.x=1", ["anchors.ar_tok_s: is a number, not an object"]),
         ("moe_curve.points[7].ms=1", ["moe_curve.points[7]: the list has 3 entries"]),
         ("moe_curve.points[x].ms=1", ["bad index"]),
