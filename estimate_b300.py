@@ -3624,7 +3624,8 @@ def sensitivity_section(report: Report, style: Style) -> Section:
 
 
 def sweep_section(report: Report, style: Style) -> Section:
-    """A row per point: the swept values, then for each drafter and pipeline its step and its tok/s by accept."""
+    """A row per point: the swept values, then for each drafter and pipeline its step and its tok/s by accept,
+    side by side, so that a step's mark (extrapolated, cannot run) stands beside the throughputs it gives."""
     assert report.sweep is not None
     columns = [  # a column of numbers right-aligned, as numbers are everywhere
         Column(
@@ -3645,7 +3646,12 @@ def sweep_section(report: Report, style: Style) -> Section:
     for row in report.sweep.rows():
         if row.names is not names:  # held once for rows alike
             names = row.names
-            places = [(place(f"{d}/{p} step ms", "s"), place(f"{label} tok/s", ".0f")) for d, p, label in names]
+            runs = list(dict.fromkeys((d, p) for d, p, _ in names))  # each drafter on each pipeline, in order met
+            by_run = sorted(range(len(names)), key=lambda k: runs.index(names[k][:2]))  # accepts in their order
+            places = [(0, 0)] * len(names)
+            for k in by_run:
+                d, p, label = names[k]
+                places[k] = (place(f"{d}/{p} step ms", "s"), place(f"{label} tok/s", ".0f"))
         cells: dict[int, object] = {i: _swept_text(v) for i, (_, v) in enumerate(row.values)}
         for (step_at, tok_s_at), (step_ms, extrapolated, tok_s, reason) in zip(places, row.numbers, strict=True):
             cells[step_at] = f"{step_ms:.2f}{_mark(extrapolated)}" + (f" [{footnote[reason]}]" if reason else "")

@@ -190,7 +190,7 @@ def test_sglang_cannot_run_the_stronger_drafter(capsys: pytest.CaptureFixture[st
     assert runnable["current", "native"] == (True, None)
     assert runnable["stronger", "native"] == (True, None)
     ok, reason = runnable["stronger", "sglang"]
-    assert not ok and reason.startswith("SGLang cannot verify a budget above 8: measured: its verify CUDA graphs")
+    assert not ok and reason.startswith("SGLang cannot verify a budget above 8: its verify CUDA graphs")
     table = run_main(capsys).out
     assert table.count("cannot run [1]") == 3 and "[1] SGLang cannot verify a budget above 8" in table
 

@@ -228,10 +228,10 @@ def test_a_sweep_marks_the_steps_a_pipeline_cannot_run(capsys: pytest.CaptureFix
     assert all("[" not in cell for row in rows for i, cell in enumerate(row) if i != at)  # current/sglang runs
     notes = [line for line in lines if line.startswith("- \\[")]
     assert notes == [
-        "- \\[1\\] at 1 of 3 points: SGLang cannot verify a budget above 8: measured: its verify CUDA graphs fail "
-        "above budget 8 on sm\\_103 (B300).",
-        "- \\[2\\] at 1 of 3 points: SGLang cannot verify a budget above 16: measured: its verify CUDA graphs fail "
-        "above budget 8 on sm\\_103 (B300).",
+        "- \\[1\\] at 1 of 3 points: SGLang cannot verify a budget above 8: its verify CUDA graphs fail above "
+        "budget 8 on sm\\_103 (B300), as measured.",
+        "- \\[2\\] at 1 of 3 points: SGLang cannot verify a budget above 16: its verify CUDA graphs fail above "
+        "budget 8 on sm\\_103 (B300), as measured.",
     ]  # fmt: skip
     dotted = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2", "--set", "sglang.max_budget_source=fails.")
     single = run_main(capsys, "--set", "sglang.max_budget_source=fails.").out  # a reason's own full stop, once
