@@ -3889,7 +3889,10 @@ def render_markdown(report: Report, style: Style) -> Iterable[str]:
     for section in sections(report, style):
         parts += [f"### {section.name}", markdown_text(section.title), *([section.body] if section.body else [])]
     if style.chart_width and report.sweep is None:
-        caption = "Each bar, left to right: MoE, ATTN_BASE, SPEC; its length is the step time in ms."
+        caption = (
+            "Each bar, left to right: MoE, ATTN_BASE, SPEC; its length is the step time in ms. The series are "
+            "drawn over one another, so each gives where its part ends: SPEC's is the whole step."
+        )
         parts += ["### Step-time breakdown", mermaid_chart(report.estimate.scenarios), caption]
     for section in more_sections(report, style):
         parts += [f"### {section.name}", markdown_text(section.title), *([section.body] if section.body else [])]

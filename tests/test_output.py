@@ -126,7 +126,7 @@ def test_markdown_document_parts(capsys: pytest.CaptureFixture[str]) -> None:
     steps = re.search(r'bar "SPEC" \[(.*?)\]', mermaid)
     assert steps is not None
     assert [float(v) for v in steps.group(1).split(", ")] == [14.52, 9.51, 20.88, 14.73]  # one bar per drafter/pipeline
-    assert "Each bar, left to right: MoE, ATTN_BASE, SPEC; its length is the step time in ms." in out
+    assert "Each bar, left to right: MoE, ATTN_BASE, SPEC; its length is the step time in ms. The series" in out
     assert "### Assumptions" in out
     assert "`overhead_cut` = 0.4: assumed" in out
     assert '`points[0]` = {"m": 1, "ms": 1.15, "basis": "inferred"}: not a recorded measurement' in out
