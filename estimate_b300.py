@@ -4337,7 +4337,7 @@ def build_parser(columns: int) -> argparse.ArgumentParser:
     once("--tablefmt", metavar="NAME", help="any tabulate format for the tables (default simple), e.g. github")
     flag, _, _ = kinds(parser.add_argument_group("showing the work"))
     flag("--all", help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, measurements")
-    flag("--explain", help="print the derivation, one figure a line, not the tables")
+    flag("--explain", help="print the derivation, one figure a line, in place of the tables (no --format or --sweep)")
     flag("--no-chart", help="leave out the step-time breakdown chart")
     flag("--ascii", help="plain ASCII output (automatic when stdout cannot take Unicode)")
     flag, once, many = kinds(parser.add_argument_group("what-if analysis"))
@@ -4388,8 +4388,10 @@ def _check_usage(args: argparse.Namespace) -> None:
         (args.scenario and not args.sensitivity, "--scenario chooses what --sensitivity studies; add --sensitivity"),
         (args.sensitivity and args.format == "csv",
          "--format csv holds one row per scenario; --sensitivity needs table, json or markdown"),
-        (args.explain and (args.format != "table" or args.sweep),
-         "--explain prints one estimate's derivation in place of the tables: no --sweep, --format table"),
+        (args.explain and args.format != "table",
+         f"--explain prints the derivation as text, in place of the tables; it takes no --format {args.format}"),
+        (args.explain and args.sweep,
+         "--explain prints one estimate's derivation; it takes no --sweep (JSON gives each point's figures)"),
         (len(args.sweep) > MAX_SWEEPS,
          f"--sweep: {len(args.sweep)} given; expected at most {MAX_SWEEPS} (two make a grid)"),
         (args.calibration == "", "--calibration: an empty path; expected a calibration file"),

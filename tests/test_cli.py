@@ -103,6 +103,22 @@ def test_tablefmt_outside_the_tables_is_a_usage_error(
     assert f"usage: --tablefmt chooses how --format table draws its tables; it does nothing with {told}" in run.err
 
 
+@pytest.mark.parametrize(
+    ("args", "told"),
+    [
+        (["--format", "markdown"], "it takes no --format markdown"),
+        (["--format", "json"], "it takes no --format json"),
+        (["--sweep", "native_engine.overhead_cut=0.2,0.3"], "it takes no --sweep"),
+    ],
+)
+def test_explain_names_the_option_it_cannot_take(
+    capsys: pytest.CaptureFixture[str], args: list[str], told: str
+) -> None:
+    run = run_main(capsys, "--explain", *args)
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1
+    assert run.err.startswith("estimate_b300: usage: --explain prints") and told in run.err
+
+
 def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     run = run_main(capsys, "--formatt", "json")
     assert run.code == 2 and run.out == "" and "usage:" in run.err
