@@ -3406,7 +3406,7 @@ def headline_lines(report: Report) -> list[str]:
         )
     if h.band:
         b = h.band
-        off = [f"{r.path} = {r.value:g} is outside {r.low:g} - {r.high:g}" for r in b.rows if r.outside]
+        off = [f"{r.path} = {r.value:g} is outside {r.low:g} to {r.high:g}" for r in b.rows if r.outside]
         outside = f" The band spans the ranges, not the values in force: {'; '.join(off)}." if off else ""
         lines.append(
             f"Uncertainty: over the ranges in the calibration, {b.scenario} ({b.tok_s:.0f} tok/s) spans "
@@ -3605,7 +3605,7 @@ def sensitivity_section(report: Report, style: Style) -> Section:
     columns = [
         Column("assumption", lambda r: r.path),
         Column("in force", lambda r: f"{r.value:g}", "s"),
-        Column("range", lambda r: f"{r.low:g} - {r.high:g}", "s"),
+        Column("range", lambda r: f"{r.low:g} to {r.high:g}", "s"),
         Column("tok/s at low", lambda r: r.tok_s_at_low, ".0f"),
         Column("tok/s at high", lambda r: r.tok_s_at_high, ".0f"),
         Column("swing", lambda r: r.swing, ".0f"),
@@ -3683,7 +3683,7 @@ def fit_section(report: Report, style: Style) -> Section:
         Column("assumption", lambda v: v.path),
         Column("before", lambda v: v.previous_text, "s"),
         Column("fitted", lambda v: v.text, "s"),
-        Column("range", lambda v: "" if v.range is None else f"{v.range.low:g} - {v.range.high:g}", "s"),
+        Column("range", lambda v: "" if v.range is None else f"{v.range.low:g} to {v.range.high:g}", "s"),
     ]
     left_out = len(fit.before) > len(fit.values)
     measurements = [  # a row: (prediction before, prediction after, leave-one-out residual)
@@ -3784,7 +3784,7 @@ def notes(report: Report, style: Style) -> list[str]:
         )
     named = {r.path for r in report.headline.band.rows if r.outside} if report.headline.band else set()
     found += [  # what the headline has not said already
-        f"{r.path} = {r.value:g} lies outside its range {r.low:g} - {r.high:g}."
+        f"{r.path} = {r.value:g} lies outside its range {r.low:g} to {r.high:g}."
         for r in (sens.rows if sens else ())
         if r.outside and r.path not in named
     ]
@@ -4256,7 +4256,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         sens = report.sensitivity
         out += ["", f"Sensitivity of {sens.scenario}: {sens.tok_s:.0f} tok/s as in force; each line re-estimates it"]
         out += [
-            f"  {r.path}: {r.value:g} in force, range {r.low:g} - {r.high:g} ({r.source}); at {r.low:g}: "
+            f"  {r.path}: {r.value:g} in force, range {r.low:g} to {r.high:g} ({r.source}); at {r.low:g}: "
             f"{r.tok_s_at_low:.0f} tok/s, at {r.high:g}: {r.tok_s_at_high:.0f} tok/s; swing "
             f"|{r.tok_s_at_high:.1f} - {r.tok_s_at_low:.1f}| = {r.swing:.0f}"
             for r in sens.rows

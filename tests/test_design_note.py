@@ -84,16 +84,17 @@ def test_a_value_outside_its_range_is_named_beside_the_band(capsys: pytest.Captu
     assert run.code == 0 and run.err.count("\n") == 1  # the warning that the anchors were measured on B300
     assert (
         "spans 640 to 1243 tok/s (-21% / +53%). The band spans the ranges, not the values in force: "
-        "hardware.target.mem_bandwidth_tb_s = 4.8 is outside 7.7 - 8." in flat(run.out)
+        "hardware.target.mem_bandwidth_tb_s = 4.8 is outside 7.7 to 8." in flat(run.out)
     )
     assert "The band spans the ranges" not in flat(run_main(capsys).out)
 
 
 def test_a_range_is_not_broken_at_its_dash(capsys: pytest.CaptureFixture[str]) -> None:
-    """At 80 columns "outside 7.7 - 8." fell at the end of a line, and "7.7 -" read as a minus."""
+    """A range reads "7.7 to 8": as "7.7 - 8." at the end of a line at 80 columns, "7.7 -" read as a minus. A run
+    of numbers and minus signs in a text stays on one line."""
     run = run_script("--solve", "hardware.target.mem_bandwidth_tb_s", "--observed", "current/native=450")
     lines = run.out.splitlines()
-    assert "  7.7 - 8." in lines and not any(line.endswith(" -") for line in lines)
+    assert "is outside 7.7 to 8." in flat(run.out) and not any(line.endswith(" -") for line in lines)
     assert max(map(len, lines)) <= 80
     doc = default_doc()
     doc["sglang"]["max_budget_source"] = "runs " + " - ".join(map(str, range(1, 40)))  # a run of dashes may break

@@ -509,7 +509,7 @@ def test_sensitivity_table_explains_the_band(capsys: pytest.CaptureFixture[str])
     out = flat(run_main(capsys, "--sensitivity", "--set", "native_engine.overhead_cut=0.7").out)
     assert "Sensitivity of stronger/native@14" in out
     assert "a what-if range, not a statistical interval" in out
-    assert out.count("native_engine.overhead_cut = 0.7 is outside 0.2 - 0.6") == 1  # beside the band, once
+    assert out.count("native_engine.overhead_cut = 0.7 is outside 0.2 to 0.6") == 1  # beside the band, once
     assert "lies outside its range" not in out
 
 
