@@ -4310,7 +4310,22 @@ class _Once(argparse.Action):
         if self.given:
             raise argparse.ArgumentError(self, "given twice; expected it once")
         self.given = True
-        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest, _one_value(self, values))
+
+
+class _Many(argparse.Action):
+    """A repeatable option: each value in a list of its own, in the order given."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest), _one_value(self, values)])
+
+
+def _one_value(action: argparse.Action, values: object) -> str:
+    """The value given; argparse hands `--OPTION=--` on as no value at all, an empty list."""
+    if not isinstance(values, str):
+        raise argparse.ArgumentError(action, "expected a value after it; '--' ends the options instead")
+    return values
 
 
 def usage_error(message: str) -> CalibrationError:
@@ -4327,7 +4342,7 @@ def build_parser(columns: int) -> argparse.ArgumentParser:
     def kinds(group: Any) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
         """add_argument for a flag, an option given at most once, and a repeatable option."""
         add = functools.partial(functools.partial, group.add_argument)
-        return add(action="store_true"), add(action=_Once), add(action="append", default=[])
+        return add(action="store_true"), add(action=_Once), add(action=_Many, default=[])
 
     flag, once, _ = kinds(parser)
     flag("-h", "--help", help="show this help and exit")

@@ -119,6 +119,17 @@ def test_explain_names_the_option_it_cannot_take(
     assert run.err.startswith("estimate_b300: usage: --explain prints") and told in run.err
 
 
+@pytest.mark.parametrize(
+    "option", ["--calibration", "--format", "--tablefmt", "--set", "--sweep", "--scenario", "--solve", "--observed",
+               "--measured", "--fit"],
+)  # fmt: skip
+def test_a_double_dash_as_a_value_is_a_usage_error(capsys: pytest.CaptureFixture[str], option: str) -> None:
+    """argparse hands `--set=--` on as an empty list: it failed deep inside, or the option went unseen."""
+    run = run_main(capsys, f"{option}=--", *(["--sensitivity"] if option == "--scenario" else []))
+    assert run.code == 2 and run.out == "" and run.err.count("\n") == 1
+    assert f"usage: argument {option}: expected a value after it; '--' ends the options instead" in run.err
+
+
 def test_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     run = run_main(capsys, "--formatt", "json")
     assert run.code == 2 and run.out == "" and "usage:" in run.err

@@ -1074,7 +1074,8 @@ _KEYS = [
     *("moe_curve.points[1].ms", "ranges.anchors.ar_tok_s.relative", "stronger_drafter.block", "model.layers"),
 ]
 _text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12) | st.sampled_from(
-    ["\n", "\x1b[2J", "\ud800", "1e400", "-0", "NaN", "[[[[", "{}", ",", ":", "::", "1:2:0", "0:1:1e-300", "@", "="]
+    ["\n", "\x1b[2J", "\ud800", "1e400", "-0", "NaN", "[[[[", "{}", ",", ":", "::", "1:2:0", "0:1:1e-300", "@", "=",
+     "--"]
 )  # fmt: skip
 _numbers = st.one_of(
     st.integers(-(10**30), 10**30), st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e-300, 5e-324])
@@ -1105,7 +1106,8 @@ def command_lines(draw: st.DrawFn) -> list[str]:
         ),
         st.tuples(_text),
     )
-    return [part for option in draw(st.lists(options, max_size=4)) for part in option]
+    drawn = draw(st.lists(st.tuples(options, st.booleans()), max_size=4))  # each option and its value apart, or
+    return [part for option, joined in drawn for part in (["=".join(option)] if joined else option)]  # --set=k=v
 
 
 @settings(max_examples=FUZZ, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
