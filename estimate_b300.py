@@ -3178,30 +3178,51 @@ def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool, studie
 
 # === Rendering: every renderer formats the report; none calls the model (a sweep's points come from its plan) ===
 
-# How a figure prints, by unit: (as a result, as a number inside another figure's formula).
+# How a figure prints, by unit: its format as a result and as a number inside another figure's formula, and
+# the unit after it (inside a formula, only for the units that do not cancel: TB/s, GB and MB).
 FIGURE_FORMATS = {
-    "ms": ("{:.2f} ms", "{:.3f}"),
-    "tok/s": ("{:.0f} tok/s", "{:.1f}"),
-    "x": ("{:.2f}", "{:.3f}"),  # a speed-up, named "x ..."
-    "ratio": ("{:.3f}x", "{:.3f}"),  # the bandwidth ratio
-    "%": ("{:.1%}", "{:.3f}"),
-    "GB": ("{:.2f} GB", "{:.3f} GB"),
-    "MB": ("{:.2f} MB", "{:.2f} MB"),
-    "TB/s": ("{:g} TB/s", "{:g} TB/s"),
-    "experts": ("{:.1f}", "{:.2f}"),
-    "tokens": ("{:.2f}", "{:.2f}"),  # an accept length
-    "count": ("{:.0f}", "{:.0f}"),
-    "": ("{:.3f}", "{:.4g}"),
+    "ms": (".2f", ".3f", " ms"),
+    "tok/s": (".0f", ".1f", " tok/s"),
+    "x": (".2f", ".3f", ""),  # a speed-up, named "x ..."
+    "ratio": (".3f", ".3f", "x"),  # the bandwidth ratio
+    "%": (".1%", ".3f", ""),
+    "GB": (".2f", ".3f", " GB"),
+    "MB": (".2f", ".2f", " MB"),
+    "TB/s": ("g", "g", " TB/s"),
+    "experts": (".1f", ".2f", ""),
+    "tokens": (".2f", ".2f", ""),  # an accept length
+    "count": (".0f", ".0f", ""),
+    "": (".3f", ".4g", ""),
 }
-_UNIT_SUFFIXES = {"ms": " ms", "tok/s": " tok/s", "TB/s": " TB/s", "GB": " GB", "MB": " MB"}
 
 
 def figure_text(figure: Figure, operand: bool = False) -> str:
     """A figure as the tables round it ('7.26 ms', '463 tok/s', '86.3%'); a calibration value as given."""
+    result, inside, unit = FIGURE_FORMATS[figure.unit]
+    unit = unit if not operand or figure.unit in ("TB/s", "GB", "MB") else ""
     if figure.path:
-        suffix = _UNIT_SUFFIXES.get(figure.unit, "")
-        return f"{figure.value:g}{suffix if not operand or figure.unit in ('TB/s', 'GB', 'MB') else ''}"
-    return FIGURE_FORMATS[figure.unit][operand].format(figure.value)
+        return f"{figure.value:g}{unit}"
+    return f"{fixed(figure.value, inside if operand else result)}{unit}"
+
+
+def fixed(value: float, spec: str) -> str:
+    """A number in a fixed-point format spec, at a sensible precision: one that is not 0 but would show as 0
+    in the spec's places shows in 2 significant digits (a throughput of 0.082 tok/s, not 0), and one of 1e9
+    or more in 3, with its exponent.
+
+    >>> fixed(950.4, ".0f"), fixed(0.0816, ".0f"), fixed(-2e-5, "+.1%"), fixed(0.0, ".2f"), fixed(0.5, "g")
+    ('950', '0.082', '-0.002%', '0.00', '0.5')
+    >>> fixed(1.453e13, "+.0%"), fixed(146260.05, ".2f")
+    ('+1.45e+15%', '146260.05')
+    """
+    if spec[-1:] not in ("f", "%") or not math.isfinite(value):
+        return format(value, spec)
+    sign, shown = "+" if spec.startswith("+") else "", value * 100 if spec.endswith("%") else value
+    unit = "%" if spec.endswith("%") else ""
+    if abs(shown) >= 1e9:
+        return f"{shown:{sign}.3g}{unit}"
+    text = format(value, spec)
+    return text if not value or any(d in text for d in "123456789") else f"{shown:{sign}.2g}{unit}"
 
 
 def explain_line(figure: Figure) -> str:
@@ -3321,6 +3342,12 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
         return value if value is None or not as_text else str(value)
 
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
+    shown_fixed = [  # columns with a number too small for their places (see fixed): their cells as text
+        i for i, c in enumerate(columns) if c.fmt[-1:] in ("f", "%")
+        and any(isinstance(v := r[i], float) and -1 < v < 1 and fixed(v, c.fmt) != format(v, c.fmt) for r in cells)
+    ]  # fmt: skip
+    for r, i in itertools.product(cells, shown_fixed):
+        r[i] = fixed(v, columns[i].fmt) if isinstance(v := r[i], float) else v
     headers = [str(shown(c.header, True)) for c in columns]
     every: list[Sequence[object]] = [*cells, headers]
     width = {i: max(len(str(r[i] or "")) for r in every) for i in text}  # of each text column, as it stands
@@ -3332,7 +3359,7 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
             [[wrapped[i][k] if i in wrapped else cell for i, cell in enumerate(row)] for k, row in enumerate(cells)],
             headers=headers, tablefmt=tablefmt, missingval="",
             floatfmt=[c.fmt or "g" for c in columns], colalign=["right" if c.fmt else "left" for c in columns],
-            disable_numparse=text if cells else True,  # tabulate fails on a list of columns without rows
+            disable_numparse=text + shown_fixed if cells else True,  # tabulate fails on columns without rows
         )  # fmt: skip
         excess = max(map(len, out.splitlines()), default=0) - style.width
         narrower = [i for i in text if width[i] > least[i]]
@@ -3380,17 +3407,20 @@ def _measured(cal: Calibration) -> str:
 
 
 def _spread(values: Sequence[float], fmt: str) -> str:
-    """'815-1086', or one value when they are all the same."""
-    low, high = min(values), max(values)
-    return f"{low:{fmt}}" if f"{low:{fmt}}" == f"{high:{fmt}}" else f"{low:{fmt}}-{high:{fmt}}"
+    """'815-1086', or one value when they are all the same; '3.8e-11 to 5.1e-11', where a dash would read as a
+    minus."""
+    low, high = fixed(min(values), fmt), fixed(max(values), fmt)
+    return low if low == high else f"{low} to {high}" if "-" in low + high else f"{low}-{high}"
 
 
 def headline_lines(report: Report) -> list[str]:
     """Two to four sentences: today's throughput, the native engine's, the stronger drafter's, and how sure."""
     h, cal = report.headline, report.estimate.calibration
     lines = [
-        f"Today: {h.today.tok_s:.0f} tok/s, {_measured(cal)} (current drafter on SGLang, accept {h.today.accept:g}).",
-        f"The native engine with today's drafter: {h.native.tok_s:.0f} tok/s, {h.native.vs_today:.2f}x today.",
+        f"Today: {fixed(h.today.tok_s, '.0f')} tok/s, {_measured(cal)} (current drafter on SGLang, accept "
+        f"{h.today.accept:g}).",
+        f"The native engine with today's drafter: {fixed(h.native.tok_s, '.0f')} tok/s, "
+        f"{fixed(h.native.vs_today, '.2f')}x today.",
     ]
     rows = [r for pipeline_rows in h.stronger.values() for r in pipeline_rows]
     if rows:
@@ -3409,9 +3439,9 @@ def headline_lines(report: Report) -> list[str]:
         off = [f"{r.path} = {r.value:g} is outside {r.low:g} to {r.high:g}" for r in b.rows if r.outside]
         outside = f" The band spans the ranges, not the values in force: {'; '.join(off)}." if off else ""
         lines.append(
-            f"Uncertainty: over the ranges in the calibration, {b.scenario} ({b.tok_s:.0f} tok/s) spans "
-            f"{b.tok_s_min:.0f} to {b.tok_s_max:.0f} tok/s "
-            f"({b.tok_s_min / b.tok_s - 1:+.0%} / {b.tok_s_max / b.tok_s - 1:+.0%}).{outside}"
+            f"Uncertainty: over the ranges in the calibration, {b.scenario} ({fixed(b.tok_s, '.0f')} tok/s) spans "
+            f"{fixed(b.tok_s_min, '.0f')} to {fixed(b.tok_s_max, '.0f')} tok/s "
+            f"({fixed(b.tok_s_min / b.tok_s - 1, '+.0%')} / {fixed(b.tok_s_max / b.tok_s - 1, '+.0%')}).{outside}"
         )
     record = report.track_record
     if record:
@@ -3612,11 +3642,13 @@ def sensitivity_section(report: Report, style: Style) -> Section:
         Column("source", lambda r: _changed_source(report, ("ranges", *parse_path(r.path)), r.source)),
     ]
     title = (
-        f"Sensitivity of {sens.scenario} ({sens.tok_s:.0f} tok/s): each assumption at either end of its range, "
+        f"Sensitivity of {sens.scenario} ({fixed(sens.tok_s, '.0f')} tok/s): each assumption at either end of its "
+        "range, "
         "the others as in force"
     )
     band = style.wrap(
-        f"Band: {sens.tok_s_min:.0f} to {sens.tok_s_max:.0f} tok/s over all {sens.combinations} combinations of the "
+        f"Band: {fixed(sens.tok_s_min, '.0f')} to {fixed(sens.tok_s_max, '.0f')} tok/s over all {sens.combinations} "
+        "combinations of the "
         "range ends; a what-if range, not a statistical interval."
     )
     wide = table(sens.rows, columns, style._replace(width=10**6))  # a wide table: its sources are sentences
@@ -4254,16 +4286,17 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out.append(f"  RMS over {len(report.track_record)}: {report.track_record_rms:.1%}")
     if report.sensitivity:
         sens = report.sensitivity
-        out += ["", f"Sensitivity of {sens.scenario}: {sens.tok_s:.0f} tok/s as in force; each line re-estimates it"]
+        tok_s = functools.partial(fixed, spec=".0f")
+        out += ["", f"Sensitivity of {sens.scenario}: {tok_s(sens.tok_s)} tok/s as in force; each line re-estimates it"]
         out += [
             f"  {r.path}: {r.value:g} in force, range {r.low:g} to {r.high:g} ({r.source}); at {r.low:g}: "
-            f"{r.tok_s_at_low:.0f} tok/s, at {r.high:g}: {r.tok_s_at_high:.0f} tok/s; swing "
-            f"|{r.tok_s_at_high:.1f} - {r.tok_s_at_low:.1f}| = {r.swing:.0f}"
+            f"{tok_s(r.tok_s_at_low)} tok/s, at {r.high:g}: {tok_s(r.tok_s_at_high)} tok/s; swing "
+            f"|{fixed(r.tok_s_at_high, '.1f')} - {fixed(r.tok_s_at_low, '.1f')}| = {tok_s(r.swing)}"
             for r in sens.rows
         ]
         out.append(
             f"  band over all {sens.combinations} combinations of range ends: "
-            f"{sens.tok_s_min:.0f} to {sens.tok_s_max:.0f} tok/s"
+            f"{tok_s(sens.tok_s_min)} to {tok_s(sens.tok_s_max)} tok/s"
         )
     return ["\n".join(out) + "\n"]
 

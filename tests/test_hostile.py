@@ -26,6 +26,7 @@ from conftest import (
     Run,
     assert_clean_error,
     default_doc,
+    flat,
     mutated,
     on_cpus,
     run_main,
@@ -572,6 +573,27 @@ def test_tiny_inputs_print_at_a_bounded_width(capsys: pytest.CaptureFixture[str]
     )
     assert run.code == 0, run.err
     assert not re.search(r"\d[\d.,]{24}", run.out)  # no figure printed with dozens of digits
+
+
+def test_a_tiny_result_is_not_printed_as_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """A tree of a million tokens verifies at 0.0816-0.109 tok/s (JSON): printed to no places, that read as 0."""
+    args = ["--set", "stronger_drafter.budget=1000000", "--no-chart"]
+    tok_s = [s["tok_s"] for s in run_main(capsys, *args, "--format", "json").json()["scenarios"][3::2]]
+    assert [f"{v:.2g}" for v in tok_s] == ["0.082", "0.096", "0.11"]  # native at accept 12, 14 and 16
+    run = run_main(capsys, *args)
+    assert "The stronger drafter at accept 12-16: 0.082-0.11 tok/s on the native engine," in flat(run.out)
+    assert "stronger/native@14 (0.096 tok/s) spans 0.092 to 0.096 tok/s" in flat(run.out)
+    native = [line.split() for line in run.out.splitlines() if line.startswith("native ") and "146260.05" in line]
+    assert [row[6:8] for row in native] == [["0.082", "0.00027"], ["0.096", "0.00032"], ["0.11", "0.00036"]]
+    markdown = run_main(capsys, *args, "--format", "markdown").out
+    assert "| native   |     14 | 146250.82\\* |       4.49 | 4.74 | 146260.05 | 0.096 | 0.00032 |" in markdown
+
+
+def test_a_huge_share_prints_with_its_exponent(capsys: pytest.CaptureFixture[str]) -> None:
+    """A band 1e15 times the estimate it spans: its shares in 3 digits and an exponent, not 16 digits."""
+    run = run_main(capsys, "--set", "stronger_drafter.spec_scale=1e14", "--no-chart")
+    assert "spans 643 to 1224 tok/s (+1.45e+15% / +2.76e+15%)." in flat(run.out)
+    assert "accept 12-16: 3.8e-11 to 5.1e-11 tok/s on the native engine" in flat(run.out)  # no dash to read as minus
 
 
 def test_an_extreme_block_is_quick() -> None:
