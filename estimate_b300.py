@@ -439,7 +439,7 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
             "anchors.ar_tok_s", f"the measured anchors conflict with the MoE curve: {anchors.ar_tok_s:g} tok/s is a "
             f"{ar_step.value:.4g} ms step, but MoE(1) alone takes {moe_1.value:.4g} ms on {hardware.target.name}, "
             f"leaving ATTN_BASE = {attn_base.value:.4g} ms; expected ATTN_BASE > 0, i.e. ar_tok_s below "
-            f"{1000.0 / moe_1.value:.4g} (or a smaller curve(1), or a faster target)"
+            f"{rounded_down(1000.0 / moe_1.value)} (or a smaller curve(1), or a faster target)"
         )  # fmt: skip
     if -ROUNDING * ddtree_step.value <= spec.value < 0:  # anchors exactly at the boundary, less float rounding
         spec = spec._replace(value=0.0)
@@ -450,7 +450,7 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
             f"tok/s with accept {dd.accept:g} is a {ddtree_step.value:.4g} ms step, faster than its verify alone, "
             f"{moe_m.name} + ATTN_BASE = {moe_m.value:.4g} + {attn_base.value:.4g} = {verify:.4g} ms (ATTN_BASE from "
             f"ar_tok_s = {anchors.ar_tok_s:g}); expected SPEC >= 0, i.e. ddtree.tok_s at most "
-            f"{1000.0 * dd.accept / verify:.4g}"
+            f"{rounded_down(1000.0 * dd.accept / verify)}"
         )  # fmt: skip
     shares = {
         part.name: derive(f"share of {part.name}", f"{part.name} / DDTree step", "%", part, ddtree_step)
@@ -985,6 +985,16 @@ def _describe(value: object) -> str:
         return _kind(value) + " nested too deep to show"
     text = text if len(text) <= 40 else text[:37] + "..."
     return f"{_kind(value)} {text}" if isinstance(value, (str, list, dict)) else text
+
+
+def rounded_down(bound: float) -> str:
+    """An upper bound to 4 significant digits, rounded down: a value below the text is below the bound.
+
+    >>> rounded_down(3864.7343), rounded_down(0.25879), rounded_down(120.0)
+    ('3864', '0.2587', '120')
+    """
+    unit = 10.0 ** (math.floor(math.log10(bound)) - 3)
+    return f"{math.floor(bound / unit) * unit:.4g}"
 
 
 def json_shown(value: object) -> str:

@@ -200,6 +200,13 @@ def test_anchors_that_leave_no_attn_base(capsys: pytest.CaptureFixture[str], wri
     assert_clean_error(run, "anchors.ar_tok_s", "conflict", "ATTN_BASE = -1.481 ms", "below 111.1")
 
 
+def test_a_bound_in_a_message_is_rounded_toward_what_it_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    """1000 / MoE(1) = 3864.734 tok/s: at that AR throughput ATTN_BASE is 0 (to rounding). "below 3865" would let
+    3864.73 read as allowed; "below 3864" cannot."""
+    run = run_main(capsys, "--set", "anchors.ar_tok_s=3864.73429951691")
+    assert_clean_error(run, "anchors.ar_tok_s", "3864.73 tok/s", "expected ATTN_BASE > 0, i.e. ar_tok_s below 3864 (")
+
+
 def test_anchors_that_leave_negative_spec(capsys: pytest.CaptureFixture[str], write_calibration) -> None:  # type: ignore[no-untyped-def]
     """600 tok/s at accept 4.4 is a 7.333 ms step, less than MoE(9) + ATTN_BASE = 9.251 ms."""
     doc = mutated(lambda d: d["anchors"]["ddtree"].update(tok_s=600))
