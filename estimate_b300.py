@@ -2003,16 +2003,21 @@ def parse_sweep(text: str) -> Sweep:
         return Sweep(text, path, values)
 
 
+DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")  # as JSON, and .2 or 2.
+
+
 def _range(*parts: str) -> tuple[object, ...]:
     import decimal
 
     try:
-        start, stop, step_size = ends = [decimal.Decimal(part) for part in parts]
-        if not all(end.is_finite() for end in ends):
+        if not all(DECIMAL.fullmatch(part) for part in parts):  # Decimal takes 1_6 and other scripts' digits too
             raise decimal.InvalidOperation
+        start, stop, step_size = [decimal.Decimal(part) for part in parts]
         steps = (stop - start) / step_size if step_size else decimal.Decimal(-1)
     except decimal.DecimalException:
-        raise CalibrationError("", "expected START:STOP:STEP with three finite numbers") from None
+        raise CalibrationError(
+            "", "expected START:STOP:STEP with three finite decimal numbers in digits 0-9, e.g. 0.2:0.6:0.1"
+        ) from None
     if steps < 0:
         typed = [shortened(part) for part in parts]
         raise CalibrationError("", f"a step of {typed[2]} never goes from {typed[0]} to {typed[1]}")

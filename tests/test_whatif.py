@@ -366,7 +366,10 @@ def test_a_sweep_table_shows_what_json_gives(capsys: pytest.CaptureFixture[str])
     [
         ("native_engine.overhead_cut=0.2:0.6:0", ["a step of 0 never goes from 0.2 to 0.6"]),
         ("native_engine.overhead_cut=0.6:0.2:0.1", ["a step of 0.1 never goes from 0.6 to 0.2"]),
-        ("native_engine.overhead_cut=a:b:c", ["START:STOP:STEP with three finite numbers"]),
+        ("native_engine.overhead_cut=a:b:c", ["START:STOP:STEP with three finite decimal numbers in digits 0-9"]),
+        # as --set refuses them: Decimal reads 1_6 as 16, and digits of other scripts
+        ("stronger_drafter.budget=1_6:1_6:1", ["three finite decimal numbers in digits 0-9, e.g. 0.2:0.6:0.1\n"]),
+        ("stronger_drafter.budget=\u0661\u0666:\u0661\u0666:\u0661", ["three finite decimal numbers in digits 0-9"]),
         ("native_engine.overhead_cut=0:1e9:1", ["1,000,000,001 values; expected at most 100,000"]),
         ("native_engine.overhead_cut=", ["expected V1,V2"]),
         ("overhead_cut", ["expected KEY.PATH=VALUE"]),
