@@ -1977,6 +1977,7 @@ class Sweep(NamedTuple):
     text: str
     path: PathSegments
     values: tuple[object, ...]
+    typed: tuple[str, ...]  # each value as messages name it: as typed in a list, as computed in a range
 
 
 class SweepPoint(NamedTuple):
@@ -1997,16 +1998,16 @@ def parse_sweep(text: str) -> Sweep:
     with naming("--sweep", text):
         parts = spec.split(":")
         is_range = len(parts) == 3 and "," not in spec and not spec.lstrip().startswith('"')  # "a:b:c" is a text
-        values = _range(*parts) if is_range else _list(spec)
+        values, typed = _range(*parts) if is_range else _list(spec)
         if not values:
             raise CalibrationError("", "expected V1,V2,... or START:STOP:STEP")
-        return Sweep(text, path, values)
+        return Sweep(text, path, values, typed)
 
 
 DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")  # as JSON, and .2 or 2.
 
 
-def _range(*parts: str) -> tuple[object, ...]:
+def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     import decimal
 
     try:
@@ -2030,17 +2031,25 @@ def _range(*parts: str) -> tuple[object, ...]:
     except decimal.DecimalException:
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
     whole = all(part.strip().lstrip("+-").isdigit() for part in parts)  # 16:64:16 gives 16, not 16.0
-    return tuple(int(v) if whole else float(v) for v in exact)
+    swept = tuple(int(v) if whole else float(v) for v in exact)
+    return swept, tuple(map(_swept_text, swept))
 
 
-def _list(spec: str) -> tuple[object, ...]:
+def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
+    """The values of V1,V2,... and each as typed: JSON as a whole, else each item JSON or a string."""
     whole = parse_value(f"[{spec}]")
     if isinstance(whole, list):
-        return tuple(whole)
+        typed, at, read = [], 0, json.JSONDecoder().raw_decode
+        for _ in whole:  # each item's text: where the decoder starts and stops reading it
+            at = len(spec) - len(spec[at:].lstrip(" \t\n\r"))
+            end = read(spec, at)[1]
+            typed.append(spec[at:end])
+            at = spec.index(",", end) + 1 if len(typed) < len(whole) else end
+        return tuple(whole), tuple(typed)
     items = spec.split(",")  # not JSON as a whole: each item on its own, a string if not JSON
     if empty := [i for i, item in enumerate(items, 1) if not item.strip()]:
         raise CalibrationError("", f"item {empty[0]} of {len(items)} is empty; expected a value between the commas")
-    return tuple(map(parse_value, items))
+    return tuple(map(parse_value, items)), tuple(item.strip() for item in items)
 
 
 class SweepRow(NamedTuple):
@@ -2109,15 +2118,23 @@ class SweepPlan(NamedTuple):
         """The chunk of points from `start`, estimated: each point's calibration and its scenarios."""
         names = [format_path(s.path) for s in self.sweeps]
         combos = itertools.product(*(s.values for s in self.sweeps))
-        for combo in itertools.islice(combos, start, start + self.chunk):
+        for i, combo in enumerate(itertools.islice(combos, start, start + self.chunk), start):
             values = tuple(zip(names, combo, strict=True))
             try:
                 changes = [(s.path, v) for s, v in zip(self.sweeps, combo, strict=True)]
                 cal = recalibrate(self.doc, self.calibration, changes)[1]
                 yield cal, SweepPoint(values, scenarios(cal))
             except CalibrationError as exc:
-                exc.file = f"{self.label} at --sweep {_point_text(values)}"
+                exc.file = f"{self.label} at --sweep {self.point_text(i)}"
                 raise
+
+    def point_text(self, index: int) -> str:
+        """The point at `index` as it was typed: "native_engine.overhead_cut=1e400", not =Infinity."""
+        typed = []
+        for sweep in reversed(self.sweeps):  # the last sweep varies fastest, as in itertools.product
+            index, at = divmod(index, len(sweep.values))
+            typed.append(shortened(f"{format_path(sweep.path)}={sweep.typed[at]}"))
+        return ", ".join(reversed(typed))
 
 
 def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: str, table: bool = False) -> SweepPlan:
@@ -2177,9 +2194,9 @@ def _check_chunk(
     cannot: collections.Counter[str] = collections.Counter()
     kept: list[Any] = []  # what the output reads of each point, made as it comes so that the point can go
     bare: dict[tuple[object, ...], tuple[object, ...]] = {}  # a scenario without its derivation, once if alike
-    for cal, point in plan.estimated(start):
+    for i, (cal, point) in enumerate(plan.estimated(start), start):
         for kind, message in physical_warnings(cal, point.scenarios):
-            n, at, first = seen.get(kind, (0, _point_text(point.values), message))
+            n, at, first = seen[kind] if kind in seen else (0, plan.point_text(i), message)
             seen[kind] = (n + 1, at, first)
         extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
         if plan.table:  # its notes say why a step is marked; JSON and CSV give each scenario's reason
@@ -2204,21 +2221,6 @@ def _unpacked(data: bytes) -> list[Any]:
 
     items: list[Any] = pickle.loads(zlib.decompress(data))
     return items
-
-
-def _point_text(values: Iterable[tuple[str, object]]) -> str:
-    """A sweep's point as it is typed: a text that would read as a number or other JSON in quotes ("0.3")."""
-    return ", ".join(shortened(f"{name}={_as_typed(value)}") for name, value in values)
-
-
-def _as_typed(value: object) -> str:
-    if not isinstance(value, str):
-        return _swept_text(value)
-    try:
-        plain = parse_value(value) == value
-    except CalibrationError:  # JSON nested too deep to be a value: a text, typed in quotes
-        plain = False
-    return value if plain else json_shown(value)
 
 
 # --- Sensitivity ---
@@ -2477,7 +2479,8 @@ def fit(
         r_begin = [p.residual for p in before] if begin == start else trials.residuals(begin)
         if r_begin is None:
             assert trials.failed is not None
-            at, why = _point_text(zip(names, begin, strict=True)), trials.failed
+            at = ", ".join(shortened(f"{n}={_swept_text(v)}") for n, v in zip(names, begin, strict=True))
+            why = trials.failed
             raise CalibrationError(
                 why.path, f"at the values the fit starts from, {at} (the nearest to the values in force), "
                 f"the calibration does not hold: {why.message}", file=option,

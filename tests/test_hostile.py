@@ -710,7 +710,7 @@ def test_sweeps_warn_as_set_does_once_per_kind(capsys: pytest.CaptureFixture[str
         "--set",
         "moe_curve.points[2].ms=4",
         "--sweep",
-        "native_engine.overhead_cut=0.1,0.98,0.99",
+        "native_engine.overhead_cut=0.1,98e-2,0.99",
         "--format",
         "csv",
     ]
@@ -718,7 +718,7 @@ def test_sweeps_warn_as_set_does_once_per_kind(capsys: pytest.CaptureFixture[str
     assert run.code == 0 and run.out
     floors = [line for line in run.err.splitlines() if "stronger/native@12: the estimated step" in line]
     assert len(floors) == 1
-    assert "at 2 of 3 sweep points (the first at native_engine.overhead_cut=0.98)" in floors[0]
+    assert "at 2 of 3 sweep points (the first at native_engine.overhead_cut=98e-2)" in floors[0]  # as typed
 
 
 # --- Large runs spread over the CPUs ----------------------------------------------------------

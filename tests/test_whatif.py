@@ -374,6 +374,12 @@ def test_a_sweep_table_shows_what_json_gives(capsys: pytest.CaptureFixture[str])
         ("native_engine.overhead_cut=", ["expected V1,V2"]),
         ("overhead_cut", ["expected KEY.PATH=VALUE"]),
         ("native_engine.overhead_cut=0.2,1.5", ["at --sweep native_engine.overhead_cut=1.5", "got 1.5"]),
+        # the point as typed, as --set names its value: not as the number or text it reads as
+        ("native_engine.overhead_cut=0.1, 1e400", ["at --sweep native_engine.overhead_cut=1e400: ", "got Infinity"]),
+        ("stronger_drafter.accept[1]=1e-320", ["at --sweep stronger_drafter.accept[1]=1e-320: "]),
+        ('hardware.target.name="B2,00", ""', ['at --sweep hardware.target.name="": ', "is blank"]),
+        ('hardware.target.name=B200,"\\u200b"', ['at --sweep hardware.target.name="\\u200b": ', "is blank"]),
+        ("native_engine.overhead_cut=0.2, [0.3, 0.4]", ["at --sweep native_engine.overhead_cut=[0.3, 0.4]: "]),
         ("native_engine.overhead_cutt=0.2", ["native_engine.overhead_cutt: unknown key"]),
     ],
 )
