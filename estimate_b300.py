@@ -3937,7 +3937,7 @@ def render_markdown(report: Report, style: Style) -> Iterable[str]:
     if report.warnings:  # on stderr too; a note pasted from stdout keeps them beside the numbers they qualify
         parts += ["### Warnings", "\n".join(f"- {markdown_text(w)}" for w in report.warnings)]
     for section in sections(report, style):
-        parts += [f"### {section.name}", markdown_text(section.title), *([section.body] if section.body else [])]
+        parts += [f"### {section.name}", _caption(section), *([section.body] if section.body else [])]
     if style.chart_width and report.sweep is None:
         caption = (
             "Each bar, left to right: MoE, ATTN_BASE, SPEC; its length is the step time in ms. The series are "
@@ -3945,10 +3945,20 @@ def render_markdown(report: Report, style: Style) -> Iterable[str]:
         )
         parts += ["### Step-time breakdown", mermaid_chart(report.estimate.scenarios), caption]
     for section in more_sections(report, style):
-        parts += [f"### {section.name}", markdown_text(section.title), *([section.body] if section.body else [])]
+        parts += [f"### {section.name}", _caption(section), *([section.body] if section.body else [])]
     parts += ["### Assumptions", _assumption_list(report), "### Notes"]
     parts.append("\n".join(f"- {markdown_text(note)}" for note in notes(report, style)))
     return ["\n\n".join(parts) + "\n"]
+
+
+def _caption(section: Section) -> str:
+    """A section's title under its heading, less the words the heading has just said: "### Current drafter" and
+    then "Block 8, budget 8, ...", not "Current drafter: block 8, ..." again."""
+    for said in (f"{section.name}: ", f"{section.name}, "):
+        if section.title.startswith(said) and len(section.title) > len(said):
+            rest = section.title[len(said) :]
+            return markdown_text(rest[0].upper() + rest[1:])
+    return markdown_text(section.title)
 
 
 def _changed_source(report: Report, path: PathSegments, source: str) -> str:

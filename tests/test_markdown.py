@@ -75,6 +75,14 @@ def test_numbers_are_right_aligned(capsys: pytest.CaptureFixture[str]) -> None:
     assert re.findall(r'<th style="text-align:(\w+)">', header.group(1)) == ["right"] * 7 + ["left"]
 
 
+def test_a_caption_does_not_repeat_its_heading(capsys: pytest.CaptureFixture[str]) -> None:
+    out = document(capsys, "--all")
+    assert "### Current drafter\n\nBlock 8, budget 8, verify batch M = 9; times in ms\n" in out
+    assert "### Calibration\n\nIn ms: MoE scales by the bandwidth ratio" in out
+    assert "### The MoE floor\n\nThe weight read at 100% of B300's 8 TB/s" in out
+    assert "### Chain alpha\n\nWhat each accept length demands" in out  # a title that does not repeat it, whole
+
+
 def test_the_sweep_headers_name_their_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     (sweep,) = tables(parse(document(capsys, "--sweep", "native_engine.overhead_cut=0.2,0.4")))
     assert sweep[0] == [
