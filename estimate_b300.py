@@ -983,18 +983,22 @@ def _describe(value: object) -> str:
         text = json_shown(value)
     except (RecursionError, ValueError):  # nested deeper than the stack allows
         return _kind(value) + " nested too deep to show"
-    text = text if len(text) <= 40 else text[:37] + "..."
+    if len(text) > 40:  # cut, and an escape the cut split left out whole: not "\u0...
+        text = re.sub(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$", r"\1", text[:37]) + "..."
     return f"{_kind(value)} {text}" if isinstance(value, (str, list, dict)) else text
 
 
 def rounded_down(bound: float) -> str:
-    """An upper bound to 4 significant digits, rounded down: a value below the text is below the bound.
+    """An upper bound to 4 significant digits, rounded down (in decimal, from the bound as repr writes it): a
+    value below the text is below the bound.
 
-    >>> rounded_down(3864.7343), rounded_down(0.25879), rounded_down(120.0)
-    ('3864', '0.2587', '120')
+    >>> rounded_down(3864.7343), rounded_down(0.25879), rounded_down(0.35), rounded_down(0.009252999999999999)
+    ('3864', '0.2587', '0.35', '0.009252')
     """
-    unit = 10.0 ** (math.floor(math.log10(bound)) - 3)
-    return f"{math.floor(bound / unit) * unit:.4g}"
+    import decimal
+
+    exact = decimal.Decimal(repr(bound))
+    return f"{float(exact.quantize(decimal.Decimal(1).scaleb(exact.adjusted() - 3), decimal.ROUND_FLOOR)):.4g}"
 
 
 def json_shown(value: object) -> str:
@@ -2004,21 +2008,23 @@ def parse_sweep(text: str) -> Sweep:
         return Sweep(text, path, values, typed)
 
 
-DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")  # as JSON, and .2 or 2.
+# A number as JSON writes it, or as .2 or 2., with the white space JSON allows around it: Decimal also takes 1_6,
+# the digits of other scripts and Unicode spaces, which --set does not.
+DECIMAL = re.compile(r"[ \t\n\r]*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\r]*")
 
 
 def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     import decimal
 
-    try:
-        if not all(DECIMAL.fullmatch(part) for part in parts):  # Decimal takes 1_6 and other scripts' digits too
-            raise decimal.InvalidOperation
-        start, stop, step_size = [decimal.Decimal(part) for part in parts]
-        steps = (stop - start) / step_size if step_size else decimal.Decimal(-1)
-    except decimal.DecimalException:
+    if not all(DECIMAL.fullmatch(part) for part in parts):
         raise CalibrationError(
             "", "expected START:STOP:STEP with three finite decimal numbers in digits 0-9, e.g. 0.2:0.6:0.1"
-        ) from None
+        )
+    try:
+        start, stop, step_size = [decimal.Decimal(part) for part in parts]
+        steps = (stop - start) / step_size if step_size else decimal.Decimal(-1)
+    except decimal.DecimalException:  # past the exponents decimal holds: 1e1000000
+        raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
     if steps < 0:
         typed = [shortened(part) for part in parts]
         raise CalibrationError("", f"a step of {typed[2]} never goes from {typed[0]} to {typed[1]}")
@@ -2049,7 +2055,8 @@ def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     items = spec.split(",")  # not JSON as a whole: each item on its own, a string if not JSON
     if empty := [i for i, item in enumerate(items, 1) if not item.strip()]:
         raise CalibrationError("", f"item {empty[0]} of {len(items)} is empty; expected a value between the commas")
-    return tuple(map(parse_value, items)), tuple(item.strip() for item in items)
+    values = tuple(map(parse_value, items))  # JSON with the white space JSON allows around it, else the item whole
+    return values, tuple(v if v == item else item.strip(" \t\n\r") for v, item in zip(values, items, strict=True))
 
 
 class SweepRow(NamedTuple):
@@ -2088,6 +2095,7 @@ class SweepPlan(NamedTuple):
     warnings: tuple[str, ...] = ()  # over every point, each kind once with the number of points it holds at
     extrapolated: tuple[int, ...] = ()  # every M read outside the curve at some point
     cannot_run: tuple[tuple[str, int], ...] = ()  # for a table: why a pipeline cannot run a tree, at how many points
+    names: tuple[tuple[str, str, str], ...] = ()  # for a table: every scenario of some point (drafter, pipeline, label)
     held: tuple[bytes | None, ...] = ()  # what the output reads of each chunk; None past SWEEP_HELD
 
     def in_chunks(self, work: Callable[[Iterator[SweepPoint], int], T]) -> Iterator[T]:
@@ -2151,21 +2159,23 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
     seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
     extrapolated: set[int] = set()
     cannot: collections.Counter[str] = collections.Counter()  # in the order first met
+    names: dict[tuple[str, str, str], None] = {}  # in the order first met
     held: list[bytes | None] = []
     size = 0
     checks = [functools.partial(_check_chunk, plan, start) for start in range(0, count, plan.chunk)]
-    for found, ms, reasons, packed in over_cpus(checks):
+    for found, ms, reasons, met, packed in over_cpus(checks):
         for kind, (n, at, first) in found.items():
             before, at, first = seen.get(kind, (0, at, first))
             seen[kind] = (before + n, at, first)
         extrapolated |= ms
         cannot.update(reasons)
+        names.update(met)
         size += len(packed)
         held.append(packed if size <= SWEEP_HELD else None)
     warnings = [f"at {n} of {count} sweep points (the first at {at}): {first}" for n, at, first in seen.values()]
     return plan._replace(
         warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), cannot_run=tuple(cannot.items()),
-        held=tuple(held),
+        names=tuple(names), held=tuple(held),
     )  # fmt: skip
 
 
@@ -2185,13 +2195,16 @@ def most_scenarios(cal: Calibration, sweeps: Sequence[Sweep]) -> int:
 
 def _check_chunk(
     plan: SweepPlan, start: int
-) -> tuple[dict[str, tuple[int, str, str]], set[int], collections.Counter[str], bytes]:
+) -> tuple[
+    dict[str, tuple[int, str, str]], set[int], collections.Counter[str], dict[tuple[str, str, str], None], bytes
+]:
     """A chunk's warnings (kind -> how many, the first point's values, its message), the Ms it reads outside
-    the curve, for a table at how many points each reason a pipeline cannot run a tree holds, and what the
-    output reads of it, packed."""
+    the curve, for a table at how many points each reason a pipeline cannot run a tree holds and the names of
+    its scenarios, and what the output reads of it, packed."""
     seen: dict[str, tuple[int, str, str]] = {}
     extrapolated: set[int] = set()
     cannot: collections.Counter[str] = collections.Counter()
+    names: dict[tuple[str, str, str], None] = {}
     kept: list[Any] = []  # what the output reads of each point, made as it comes so that the point can go
     bare: dict[tuple[object, ...], tuple[object, ...]] = {}  # a scenario without its derivation, once if alike
     for i, (cal, point) in enumerate(plan.estimated(start), start):
@@ -2200,11 +2213,12 @@ def _check_chunk(
             seen[kind] = (n + 1, at, first)
         extrapolated |= {row.m for row in point.scenarios if row.moe_extrapolated}
         if plan.table:  # its notes say why a step is marked; JSON and CSV give each scenario's reason
-            kept.append(row := sweep_row(point, kept[-1] if kept else None))
+            kept.append(row := sweep_row(point, before := kept[-1] if kept else None))
             cannot.update(dict.fromkeys((reason for *_, reason in row.numbers if reason), 1))
+            names.update(dict.fromkeys(row.names if before is None or row.names is not before.names else ()))
         else:
             kept.append((point.values, [bare.setdefault(s[:-1], s[:-1]) for s in point.scenarios]))
-    return seen, extrapolated, cannot, _packed(kept)
+    return seen, extrapolated, cannot, names, _packed(kept)
 
 
 def _packed(items: list[Any]) -> bytes:
@@ -2237,7 +2251,10 @@ class SensitivityRow(NamedTuple):
 
     @property
     def swing(self) -> float:
-        return abs(self.tok_s_at_high - self.tok_s_at_low)
+        """How far the range moves the throughput: 0 where it moves it by float rounding alone (an assumption the
+        scenario does not read, reached by another path of arithmetic)."""
+        swing, at = abs(self.tok_s_at_high - self.tok_s_at_low), max(self.tok_s_at_high, self.tok_s_at_low)
+        return swing if swing > ROUNDING * at else 0.0
 
     @property
     def outside(self) -> bool:
@@ -3224,14 +3241,15 @@ def figure_text(figure: Figure, operand: bool = False) -> str:
 
 
 def fixed(value: float, spec: str) -> str:
-    """A number in a fixed-point format spec, at a sensible precision: one that is not 0 but would show as 0
-    in the spec's places shows in 2 significant digits (a throughput of 0.082 tok/s, not 0), and one of 1e9
-    or more in 3, with its exponent.
+    """A number in a fixed-point format spec, at a sensible precision: one of 1e9 or more in 3 significant
+    digits, with its exponent; a magnitude (a spec without +) that is not 0 but would show as 0 in the spec's
+    places in 2 (a throughput of 0.082 tok/s, not 0). A signed difference (+) is a residual, an error or a
+    share of change, where a value that shows as 0 is float rounding of one: +0.0%, not +2.2e-14%.
 
-    >>> fixed(950.4, ".0f"), fixed(0.0816, ".0f"), fixed(-2e-5, "+.1%"), fixed(0.0, ".2f"), fixed(0.5, "g")
-    ('950', '0.082', '-0.002%', '0.00', '0.5')
-    >>> fixed(1.453e13, "+.0%"), fixed(146260.05, ".2f")
-    ('+1.45e+15%', '146260.05')
+    >>> fixed(950.4, ".0f"), fixed(0.0816, ".0f"), fixed(2e-5, ".1%"), fixed(0.0, ".2f"), fixed(0.5, "g")
+    ('950', '0.082', '0.002%', '0.00', '0.5')
+    >>> fixed(1.453e13, "+.0%"), fixed(146260.05, ".2f"), fixed(2.2e-16, "+.1%")
+    ('+1.45e+15%', '146260.05', '+0.0%')
     """
     if spec[-1:] not in ("f", "%") or not math.isfinite(value):
         return format(value, spec)
@@ -3240,7 +3258,7 @@ def fixed(value: float, spec: str) -> str:
     if abs(shown) >= 1e9:
         return f"{shown:{sign}.3g}{unit}"
     text = format(value, spec)
-    return text if not value or any(d in text for d in "123456789") else f"{shown:{sign}.2g}{unit}"
+    return text if not value or sign or any(d in text for d in "123456789") else f"{shown:.2g}{unit}"
 
 
 def explain_line(figure: Figure) -> str:
@@ -3362,7 +3380,8 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
     shown_fixed = [  # columns with a number too small for their places (see fixed): their cells as text
         i for i, c in enumerate(columns) if c.fmt[-1:] in ("f", "%")
-        and any(isinstance(v := r[i], float) and -1 < v < 1 and fixed(v, c.fmt) != format(v, c.fmt) for r in cells)
+        and any(isinstance(v := r[i], float) and not 1 <= abs(v) < 1e9 and fixed(v, c.fmt) != format(v, c.fmt)
+                for r in cells)
     ]  # fmt: skip
     for r, i in itertools.product(cells, shown_fixed):
         r[i] = fixed(v, columns[i].fmt) if isinstance(v := r[i], float) else v
@@ -3426,9 +3445,9 @@ def _measured(cal: Calibration) -> str:
 
 def _spread(values: Sequence[float], fmt: str) -> str:
     """'815-1086', or one value when they are all the same; '3.8e-11 to 5.1e-11', where a dash would read as a
-    minus."""
+    minus or run into an exponent."""
     low, high = fixed(min(values), fmt), fixed(max(values), fmt)
-    return low if low == high else f"{low} to {high}" if "-" in low + high else f"{low}-{high}"
+    return low if low == high else f"{low} to {high}" if "-" in low + high or "e" in low + high else f"{low}-{high}"
 
 
 def headline_lines(report: Report) -> list[str]:
@@ -3530,7 +3549,7 @@ def drafter_sections(report: Report, style: Style) -> list[Section]:
     columns = [
         Column("pipeline", lambda r: PIPELINE_LABELS[r.pipeline].removesuffix(" engine")),
         Column("accept", lambda r: r.accept, "g"),
-        Column("MoE", lambda r: f"{r.moe_ms:.2f}{_mark(r.moe_extrapolated)}", "s"),
+        Column("MoE", lambda r: f"{fixed(r.moe_ms, '.2f')}{_mark(r.moe_extrapolated)}", "s"),
         Column("ATTN_BASE", lambda r: r.attn_base_ms, ".2f"),
         Column("SPEC", lambda r: r.spec_ms, ".2f"),
         Column("step", lambda r: r.step_ms, ".2f"),
@@ -3691,23 +3710,22 @@ def sweep_section(report: Report, style: Style) -> Section:
             columns.append(Column(header, operator.itemgetter(len(columns)), fmt))
         return where[header]
 
+    every = report.sweep.names  # each scenario of any point, and so each drafter on each pipeline, in order met
+    runs = list(dict.fromkeys((d, p) for d, p, _ in every))
+    for d, p, label in sorted(every, key=lambda name: runs.index(name[:2])):  # accept lengths in order met
+        place(f"{d}/{p} step ms", "s")
+        place(f"{label} tok/s", ".0f")
     rows, names, places = [], None, []  # the places of each scenario's step and tok/s, for the row's names
     footnote = {reason: i for i, (reason, _) in enumerate(report.sweep.cannot_run, 1)}  # as the notes number them
     for row in report.sweep.rows():
         if row.names is not names:  # held once for rows alike
             names = row.names
-            runs = list(dict.fromkeys((d, p) for d, p, _ in names))  # each drafter on each pipeline, in order met
-            by_run = sorted(range(len(names)), key=lambda k: runs.index(names[k][:2]))  # accepts in their order
-            places = [(0, 0)] * len(names)
-            for k in by_run:
-                d, p, label = names[k]
-                places[k] = (place(f"{d}/{p} step ms", "s"), place(f"{label} tok/s", ".0f"))
+            places = [(place(f"{d}/{p} step ms", "s"), place(f"{label} tok/s", ".0f")) for d, p, label in names]
         cells: dict[int, object] = {i: _swept_text(v) for i, (_, v) in enumerate(row.values)}
         for (step_at, tok_s_at), (step_ms, extrapolated, tok_s, reason) in zip(places, row.numbers, strict=True):
-            cells[step_at] = f"{step_ms:.2f}{_mark(extrapolated)}" + (f" [{footnote[reason]}]" if reason else "")
-            cells[tok_s_at] = tok_s
-        rows.append([cells.get(i) for i in range(len(columns))])
-    rows = [row + [None] * (len(columns) - len(row)) for row in rows]
+            cannot = f" [{footnote[reason]}]" if reason else ""
+            cells[step_at], cells[tok_s_at] = f"{fixed(step_ms, '.2f')}{_mark(extrapolated)}{cannot}", tok_s
+        rows.append([cells.get(i) for i in range(len(columns))])  # every column is placed: a row of each
     return Section("Sweep", f"Sweep: {report.sweep.size} points", table(rows, columns, style._replace(width=10**6)))
 
 
@@ -3870,14 +3888,14 @@ def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: boo
     """
     fills, bars = CHART_FILLS[ascii_only], chart_bars(scenarios)
     footnote = _footnotes(scenarios)
-    steps = [f"{row.step_ms:.2f} ms" for _, row, _ in bars]
+    steps = [f"{fixed(row.step_ms, '.2f')} ms" for _, row, _ in bars]
     rates = [f"{tok_s} tok/s{footnote(row)}" for _, row, tok_s in bars]
     ends = [f"{s:>{max(map(len, steps))}} {r:>{max(map(len, rates))}}" for s, r in zip(steps, rates, strict=True)]
     label_width = max(len(label) for label, _, _ in bars)
     bar_width = max(columns - label_width - len(ends[0]) - 2, 10)
     ms_per_column = max(row.step_ms for _, row, _ in bars) / bar_width
     legend = " ".join(f"[{fill}] {part}" for fill, part in zip(fills, CHART_PARTS, strict=True))
-    lines = [f"Step time, {ms_per_column:.3f} ms a column: {legend}"]
+    lines = [f"Step time, {fixed(ms_per_column, '.3f')} ms a column: {legend}"]
     for (label, row, _), end in zip(bars, ends, strict=True):
         bar, done, total = "", 0, 0.0
         for fill, part_ms in zip(fills, (row.moe_ms, row.attn_base_ms, row.spec_ms), strict=True):
@@ -4308,7 +4326,8 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     if report.track_record:
         out += ["", "Track record: error = predicted / measured - 1"]
         out += [
-            f"  {p.measurement.label}: {p.predicted_tok_s:.1f} / {p.measurement.tok_s:g} - 1 = {p.relative_error:+.1%}"
+            f"  {p.measurement.label}: {fixed(p.predicted_tok_s, '.1f')} / {p.measurement.tok_s:g} - 1 = "
+            f"{fixed(p.relative_error, '+.1%')}"
             for p in report.track_record
         ]
         out.append(f"  RMS over {len(report.track_record)}: {report.track_record_rms:.1%}")

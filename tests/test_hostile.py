@@ -596,6 +596,33 @@ def test_a_huge_share_prints_with_its_exponent(capsys: pytest.CaptureFixture[str
     assert "accept 12-16: 3.8e-11 to 5.1e-11 tok/s on the native engine" in flat(run.out)  # no dash to read as minus
 
 
+def test_every_table_shows_a_tiny_or_huge_figure_as_the_text_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """A 100,000 TB/s target at a million tok/s: MoE(9) is 0.00016 ms, which "0.00" hid, in the tables, the chart
+    and a sweep; AR at 1e-11 tok/s is a 2.2e14 ms step, 18 digits in a table and 2.2e+14 in --explain."""
+    fast = ["--set", "hardware.target.mem_bandwidth_tb_s=1e5", "--set", "anchors.ar_tok_s=1e6", "--set",
+            "anchors.ddtree.tok_s=3e6", "--set", 'ranges={"source": "x"}']  # fmt: skip
+    run = run_main(capsys, *fast)
+    assert "SGLang       4.4  0.00016    0.00098  0.00033   0.0015  3000000     1.00" in run.out
+    assert "Step time, 7.2e-05 ms a column" in run.out and "  0.0015 ms             3000000 tok/s" in run.out
+    sweep = run_main(capsys, *fast[:4], *fast[6:], "--sweep", "anchors.ddtree.tok_s=3e6,2e6").out.splitlines()
+    assert sweep[sweep.index(next(line for line in sweep if line.startswith("-----"))) + 1].split()[1] == "0.0015"
+    slow = run_main(capsys, "--set", "anchors.ar_tok_s=1e-11", "--set", "anchors.ddtree.tok_s=2e-11", "--no-chart")
+    assert re.search(r"\nAR step +1000 / ar_tok_s +1e\+14 ", slow.out)  # not 100000000000000.00
+    assert not re.search(r"\d{11}", slow.out)
+
+
+def test_float_rounding_of_0_shows_as_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """A fit that meets its one measurement leaves residuals of float rounding (2.2e-16), and a range of an assumption
+    the scenario does not read swings it by 5.7e-14 tok/s: both are 0, as the track record says."""
+    fit = run_main(capsys, "--measured", "current/native=423", "--fit", "native_engine.overhead_cut", "--no-chart")
+    assert "current/native@4.4  423.0   462.7  423.0  +0.0%   +0.0000" in fit.out
+    args = ["--sensitivity", "--scenario", "current/sglang", "--set", "anchors.ar_tok_s=120", "--set",
+            "anchors.ddtree.tok_s=317", "--no-chart"]  # fmt: skip
+    rows = [line.split() for line in run_main(capsys, *args).out.splitlines() if line.startswith("anchors.ar_tok_s ")]
+    assert rows == [["anchors.ar_tok_s", "120", "116.4", "to", "123.6", "317", "317", "0", "measured", "value;", "3%",
+                     "run-to-run", "noise", "of", "a", "throughput", "measurement"]]  # fmt: skip
+
+
 def test_an_extreme_block_is_quick() -> None:
     start = time.perf_counter()
     run = run_script(

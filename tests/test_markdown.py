@@ -75,6 +75,16 @@ def test_numbers_are_right_aligned(capsys: pytest.CaptureFixture[str]) -> None:
     assert re.findall(r'<th style="text-align:(\w+)">', header.group(1)) == ["right"] * 7 + ["left"]
 
 
+def test_a_sweep_of_accept_lists_keeps_each_step_beside_its_throughputs(capsys: pytest.CaptureFixture[str]) -> None:
+    """A point with more accept lengths than the first: its columns go beside their step, not at the end."""
+    (sweep,) = tables(parse(document(capsys, "--sweep", "stronger_drafter.accept=[12],[12,14]")))
+    assert sweep[0][5:] == [
+        "stronger/sglang step ms", "stronger/sglang@12 tok/s", "stronger/sglang@14 tok/s", "stronger/native step ms",
+        "stronger/native@12 tok/s", "stronger/native@14 tok/s",
+    ]  # fmt: skip
+    assert [row[7] for row in sweep[1:]] == ["", "670"]  # @14 at the point that has it
+
+
 def test_a_caption_does_not_repeat_its_heading(capsys: pytest.CaptureFixture[str]) -> None:
     out = document(capsys, "--all")
     assert "### Current drafter\n\nBlock 8, budget 8, verify batch M = 9; times in ms\n" in out

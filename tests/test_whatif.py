@@ -90,6 +90,8 @@ def test_set_several_and_nested_index(capsys: pytest.CaptureFixture[str]) -> Non
         # a letter of any script as typed, a space that is not " " and a joiner escaped
         ('anchors.ar_tok_s="八\u200d"', ['got a string "八\\u200d"; expected a number > 0\n']),
         ('anchors.ar_tok_s=["八"]', ['got a list ["八"]; expected a number > 0\n']),
+        # a long text cut where no escape is split: not "\u0...
+        ('anchors.ar_tok_s="' + "a" * 33 + '\u00a0b"', ['got a string "' + "a" * 33 + "...; expected"]),
         ("anchors.ar_tok_s.x=1", ["anchors.ar_tok_s: is a number, not an object"]),
         ("moe_curve.points[7].ms=1", ["moe_curve.points[7]: the list has 3 entries"]),
         ("moe_curve.points[x].ms=1", ["bad index"]),
@@ -380,6 +382,9 @@ def test_a_sweep_table_shows_what_json_gives(capsys: pytest.CaptureFixture[str])
         ('hardware.target.name="B2,00", ""', ['at --sweep hardware.target.name="": ', "is blank"]),
         ('hardware.target.name=B200,"\\u200b"', ['at --sweep hardware.target.name="\\u200b": ', "is blank"]),
         ("native_engine.overhead_cut=0.2, [0.3, 0.4]", ["at --sweep native_engine.overhead_cut=[0.3, 0.4]: "]),
+        ("native_engine.overhead_cut=0.1, abc ,0.2", ['cut= abc : native_engine.overhead_cut: got a string " abc "']),
+        ("stronger_drafter.spec_scale=\u00a01:2:1", ["three finite decimal numbers in digits 0-9"]),  # as --set
+        ("stronger_drafter.spec_scale=1:1e1000000:1", ["START:STOP:STEP with numbers of sensible size\n"]),
         ("native_engine.overhead_cutt=0.2", ["native_engine.overhead_cutt: unknown key"]),
     ],
 )
