@@ -1764,8 +1764,9 @@ def shortened(text: str) -> str:
     return text if len(text) <= 80 else f"{text[:50]}...{text[-27:]}"
 
 
-def parse_value(text: str) -> object:
-    """A --set value: JSON when it parses ('0.3', '[10,12]', 'true'), else the plain string ('B200')."""
+def parse_value(text: str, within: int = 0) -> object:
+    """A --set value: JSON when it parses ('0.3', '[10,12]', 'true'), else the plain string ('B200'); `within`
+    lists that are not part of a value hold it (a --sweep's list of values)."""
     too_deep = CalibrationError("", f"a value nested more than {MAX_NESTING} deep; expected a calibration value")
     try:
         value = json.loads(text, object_pairs_hook=_each_key_once)
@@ -1781,10 +1782,10 @@ def parse_value(text: str) -> object:
     except RecursionError:
         raise too_deep from None
     level, depth = [value], 0
-    while level and depth <= MAX_NESTING:  # the depth of nested lists and objects, counted without recursion
+    while level and depth <= MAX_NESTING + within:  # the depth of nested lists and objects, without recursion
         level = [c for v in level for c in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())]
         depth += 1
-    if depth > MAX_NESTING:
+    if depth > MAX_NESTING + within:
         raise too_deep
     return value
 
@@ -2043,7 +2044,7 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
 
 def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     """The values of V1,V2,... and each as typed: JSON as a whole, else each item JSON or a string."""
-    whole = parse_value(f"[{spec}]")
+    whole = parse_value(f"[{spec}]", within=1)
     if isinstance(whole, list):
         typed, at, read = [], 0, json.JSONDecoder().raw_decode
         for _ in whole:  # each item's text: where the decoder starts and stops reading it

@@ -523,6 +523,9 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--sweep", "native_engine.overhead_cut=0.1,0.2,"], "item 3 of 3 is empty"),
         (["--sweep", "native_engine.overhead_cut=0.1,,0.2"], "item 2 of 3 is empty"),
         (["--set", "x=" + "[" * 1000 + "]" * 1000], "a value nested more than 32 deep"),
+        # a value 32 deep goes in a sweep's list as in --set; its list is not a level of the value
+        (["--sweep", "stronger_drafter.accept=1," + "[" * 32 + "]" * 32], "accept=1: stronger_drafter.accept: got a"),
+        (["--sweep", "stronger_drafter.accept=1," + "[" * 33 + "]" * 33], "a value nested more than 32 deep"),
         # past the 4,300 digits Python turns into an integer: not a text of 4,301 characters
         (["--set", "native_engine.overhead_cut=" + "1" * 4301], "an integer of more than 4,300 digits; expected a"),
         (["--set", "stronger_drafter.accept=[" + "1" * 4301 + "]"], "accept=[111"),
