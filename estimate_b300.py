@@ -1982,7 +1982,7 @@ class Sweep(NamedTuple):
     text: str
     path: PathSegments
     values: tuple[object, ...]
-    typed: tuple[str, ...]  # each value as messages name it: as typed in a list, as computed in a range
+    typed: tuple[str, ...]  # each value of a list as typed, for messages; () for a range, whose values are its own
 
 
 class SweepPoint(NamedTuple):
@@ -2038,8 +2038,7 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     except decimal.DecimalException:
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
     whole = all(part.strip().lstrip("+-").isdigit() for part in parts)  # 16:64:16 gives 16, not 16.0
-    swept = tuple(int(v) if whole else float(v) for v in exact)
-    return swept, tuple(map(_swept_text, swept))
+    return tuple(int(v) if whole else float(v) for v in exact), ()
 
 
 def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
@@ -2142,7 +2141,8 @@ class SweepPlan(NamedTuple):
         typed = []
         for sweep in reversed(self.sweeps):  # the last sweep varies fastest, as in itertools.product
             index, at = divmod(index, len(sweep.values))
-            typed.append(shortened(f"{format_path(sweep.path)}={sweep.typed[at]}"))
+            text = sweep.typed[at] if sweep.typed else _swept_text(sweep.values[at])
+            typed.append(shortened(f"{format_path(sweep.path)}={text}"))
         return ", ".join(reversed(typed))
 
 
