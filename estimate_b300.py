@@ -3379,7 +3379,7 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
         return value if value is None or not as_text else str(value)
 
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
-    shown_fixed = [  # columns with a number too small for their places (see fixed): their cells as text
+    shown_fixed = [  # columns with a number their places would show wrongly (see fixed): their cells as text
         i for i, c in enumerate(columns) if c.fmt[-1:] in ("f", "%")
         and any(isinstance(v := r[i], float) and not 1 <= abs(v) < 1e9 and fixed(v, c.fmt) != format(v, c.fmt)
                 for r in cells)
@@ -3681,13 +3681,11 @@ def sensitivity_section(report: Report, style: Style) -> Section:
     ]
     title = (
         f"Sensitivity of {sens.scenario} ({fixed(sens.tok_s, '.0f')} tok/s): each assumption at either end of its "
-        "range, "
-        "the others as in force"
+        "range, the others as in force"
     )
     band = style.wrap(
         f"Band: {fixed(sens.tok_s_min, '.0f')} to {fixed(sens.tok_s_max, '.0f')} tok/s over all {sens.combinations} "
-        "combinations of the "
-        "range ends; a what-if range, not a statistical interval."
+        "combinations of the range ends; a what-if range, not a statistical interval."
     )
     wide = table(sens.rows, columns, style._replace(width=10**6))  # a wide table: its sources are sentences
     return Section("Sensitivity", title, f"{wide}\n\n{band}")
