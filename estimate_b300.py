@@ -3777,7 +3777,11 @@ def fit_section(report: Report, style: Style) -> Section:
         key += "; left out: the residual when the fit is made without that measurement (empty where it cannot be)"
     if fit.other_roots:
         key += f"; other values fit too: {', '.join(f'{v:.6g}' for v in fit.other_roots)} (not monotonic in it)"
-    body = f"{table(fit.values, values, style)}\n\n{table(rows, measurements, style)}\n\n{style.wrap(key + '.')}"
+    caption = style.wrap("Each measurement, as the model predicts it with the values before and after the fit:")
+    caption += "\n\n" if style.markdown else "\n"  # a title above its table, as a section's is
+    body = (
+        f"{table(fit.values, values, style)}\n\n{caption}{table(rows, measurements, style)}\n\n{style.wrap(key + '.')}"
+    )
     return Section("Fit", title, body)
 
 
