@@ -3613,7 +3613,7 @@ def break_even_section(report: Report, style: Style) -> Section:
         "Break-even: the accept length at which the stronger drafter matches another way of decoding on the same "
         "pipeline"
     )
-    return Section("Break-even accept", title, table(rows, columns, style))
+    return Section("Break-even", title, table(rows, columns, style))
 
 
 def roofline_figure(roof: tuple[RooflinePoint, ...], name: str) -> Figure:
@@ -3654,7 +3654,7 @@ def physical_sections(report: Report, style: Style) -> list[Section]:
         Column("floor ms", lambda r: r.moe_floor_ms, ".2f"),
         Column("step ms", lambda r: r.step_ms, ".2f"),
         Column("tok/s", lambda r: r.tok_s, ".0f"),
-        Column("ceiling", lambda r: r.tok_s_ceiling, ".0f"),
+        Column("ceiling tok/s", lambda r: r.tok_s_ceiling, ".0f"),
         Column("of ceiling", lambda r: r.figures["of ceiling"].value, ".1%"),
     ]
     floor_title = (
