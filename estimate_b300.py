@@ -2038,7 +2038,10 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     except decimal.DecimalException:
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
     whole = all(part.strip().lstrip("+-").isdigit() for part in parts)  # 16:64:16 gives 16, not 16.0
-    return tuple(int(v) if whole else float(v) for v in exact), ()
+    swept = tuple(int(v) if whole else float(v) for v in exact)
+    if not whole and not all(map(math.isfinite, swept)):  # past a float: 1e400 would be swept as Infinity
+        raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size")
+    return swept, ()
 
 
 def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
@@ -3241,11 +3244,11 @@ def figure_text(figure: Figure, operand: bool = False) -> str:
     return f"{fixed(figure.value, inside if operand else result)}{unit}"
 
 
-def fixed(value: float, spec: str) -> str:
+def fixed(value: float, spec: str, deviation: bool = False) -> str:
     """A number in a fixed-point format spec, at a sensible precision: one of 1e9 or more in 3 significant
-    digits, with its exponent; a magnitude (a spec without +) that is not 0 but would show as 0 in the spec's
-    places in 2 (a throughput of 0.082 tok/s, not 0). A signed difference (+) is a residual, an error or a
-    share of change, where a value that shows as 0 is float rounding of one: +0.0%, not +2.2e-14%.
+    digits, with its exponent; a magnitude that is not 0 but would show as 0 in the spec's places in 2 (a
+    throughput of 0.082 tok/s, not 0). A deviation (a signed spec, +, or `deviation`: a residual, an error, an
+    RMS) that shows as 0 is float rounding of 0: +0.0%, not +2.2e-14%.
 
     >>> fixed(950.4, ".0f"), fixed(0.0816, ".0f"), fixed(2e-5, ".1%"), fixed(0.0, ".2f"), fixed(0.5, "g")
     ('950', '0.082', '0.002%', '0.00', '0.5')
@@ -3259,7 +3262,7 @@ def fixed(value: float, spec: str) -> str:
     if abs(shown) >= 1e9:
         return f"{shown:{sign}.3g}{unit}"
     text = format(value, spec)
-    return text if not value or sign or any(d in text for d in "123456789") else f"{shown:.2g}{unit}"
+    return text if not value or sign or deviation or any(d in text for d in "123456789") else f"{shown:.2g}{unit}"
 
 
 def explain_line(figure: Figure) -> str:
@@ -3381,8 +3384,8 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
     shown_fixed = [  # columns with a number their places would show wrongly (see fixed): their cells as text
         i for i, c in enumerate(columns) if c.fmt[-1:] in ("f", "%")
-        and any(isinstance(v := r[i], float) and not 1 <= abs(v) < 1e9 and fixed(v, c.fmt) != format(v, c.fmt)
-                for r in cells)
+        and any(isinstance(v := r[i], float) and not 1 <= abs(v) * (100 if c.fmt[-1] == "%" else 1) < 1e9
+                and fixed(v, c.fmt) != format(v, c.fmt) for r in cells)
     ]  # fmt: skip
     for r, i in itertools.product(cells, shown_fixed):
         r[i] = fixed(v, columns[i].fmt) if isinstance(v := r[i], float) else v
@@ -3488,8 +3491,8 @@ def headline_lines(report: Report) -> list[str]:
         error = report.track_record_rms or 0.0
         logged = f"the {len(record)} measurement{'s' if len(record) > 1 else ''}"
         lines.append(
-            f"Track record: the model predicts {logged}{at} within {error:.1%} RMS (worst: "
-            f"{worst.measurement.label}, {worst.relative_error:+.1%})."
+            f"Track record: the model predicts {logged}{at} within {fixed(error, '.1%', deviation=True)} RMS (worst: "
+            f"{worst.measurement.label}, {fixed(worst.relative_error, '+.1%')})."
         )
     return lines
 
@@ -3766,7 +3769,8 @@ def fit_section(report: Report, style: Style) -> Section:
     title = (
         f"Fit of {len(fit.values)} value{'s' if len(fit.values) > 1 else ''} to {len(fit.before)} "
         f"measurement{'s' if len(fit.before) > 1 else ''}: "
-        f"{fit.method}; RMS error {fit.rms_before:.1%} before, {fit.rms_after:.1%} after. Every figure below "
+        f"{fit.method}; RMS error {fixed(fit.rms_before or 0.0, '.1%', deviation=True)} before, "
+        f"{fixed(fit.rms_after or 0.0, '.1%', deviation=True)} after. Every figure below "
         "uses the fitted values."
     )
     key = (
@@ -3798,7 +3802,8 @@ def measurements_section(report: Report, style: Style) -> Section:
     ]
     error = report.track_record_rms or 0.0
     title = (
-        f"Measurements: the model's track record, {error:.1%} RMS; tok/s measured and predicted, error = "
+        f"Measurements: the model's track record, {fixed(error, '.1%', deviation=True)} RMS; tok/s measured and "
+        "predicted, error = "
         "predicted / measured - 1"
     )
     return Section("Measurements", title, table(report.track_record, columns, style))
@@ -3922,13 +3927,18 @@ def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
         ("MoE", [row.moe_ms for _, row, _ in bars]),
     ]
     labels = ", ".join(f'"{label}{footnote(row)}"' for label, row, _ in bars)  # a run that cannot be made, marked
+    # Mermaid reads no exponent: every value to the places that give the least 3 significant digits (2 places
+    # at least, 12 at most), and the axis to the step's leading digit, rounded up.
+    least, top = min(v for _, values in series for v in values if v > 0), max(row.step_ms for _, row, _ in bars)
+    places = min(max(2, 2 - math.floor(math.log10(least))), 12)
+    unit = 10.0 ** min(math.floor(math.log10(top)), 0)
     return "\n".join([
         "```mermaid",
         "xychart-beta horizontal",
         '    title "Step time (ms)"',
         f"    x-axis [{labels}]",
-        f'    y-axis "ms" 0 --> {math.ceil(max(row.step_ms for _, row, _ in bars))}',
-        *(f'    bar "{name}" [{", ".join(f"{v:.2f}" for v in values)}]' for name, values in series),
+        f'    y-axis "ms" 0 --> {math.ceil(top / unit) * unit:.{places if unit < 1 else 0}f}',
+        *(f'    bar "{name}" [{", ".join(f"{v:.{places}f}" for v in values)}]' for name, values in series),
         "```",
     ])  # fmt: skip
 
@@ -3978,7 +3988,8 @@ def _caption(section: Section) -> str:
     for said in (f"{section.name}: ", f"{section.name}, "):
         if section.title.startswith(said) and len(section.title) > len(said):
             rest = section.title[len(said) :]
-            return markdown_text(rest[0].upper() + rest[1:])
+            word = rest.split(" ", 1)[0]  # a word capitalised, not a key path: native_engine.overhead_cut = ...
+            return markdown_text(rest[0].upper() + rest[1:] if word.isalpha() else rest)
     return markdown_text(section.title)
 
 
@@ -4333,7 +4344,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
             f"{fixed(p.relative_error, '+.1%')}"
             for p in report.track_record
         ]
-        out.append(f"  RMS over {len(report.track_record)}: {report.track_record_rms:.1%}")
+        out.append(f"  RMS over {len(report.track_record)}: {fixed(report.track_record_rms or 0.0, '.1%', True)}")
     if report.sensitivity:
         sens = report.sensitivity
         tok_s = functools.partial(fixed, spec=".0f")

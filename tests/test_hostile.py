@@ -522,6 +522,7 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         ),
         (["--sweep", "native_engine.overhead_cut=0.1,0.2,"], "item 3 of 3 is empty"),
         (["--sweep", "native_engine.overhead_cut=0.1,,0.2"], "item 2 of 3 is empty"),
+        (["--sweep", "native_engine.overhead_cut=1e400:1e400:1"], "START:STOP:STEP with numbers of sensible size"),
         (["--set", "x=" + "[" * 1000 + "]" * 1000], "a value nested more than 32 deep"),
         # a value 32 deep goes in a sweep's list as in --set; its list is not a level of the value
         (["--sweep", "stronger_drafter.accept=1," + "[" * 32 + "]" * 32], "accept=1: stronger_drafter.accept: got a"),
@@ -612,6 +613,17 @@ def test_every_table_shows_a_tiny_or_huge_figure_as_the_text_does(capsys: pytest
     slow = run_main(capsys, "--set", "anchors.ar_tok_s=1e-11", "--set", "anchors.ddtree.tok_s=2e-11", "--no-chart")
     assert re.search(r"\nAR step +1000 / ar_tok_s +1e\+14 ", slow.out)  # not 100000000000000.00
     assert not re.search(r"\d{11}", slow.out)
+
+
+def test_a_huge_error_shows_alike_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    """1e-6 tok/s measured against 463 predicted: an error of 4.6e10 (a fraction), 4.63e+10% in every place."""
+    args = ["--measured", "current/native=0.000001", "--no-chart"]
+    out = flat(run_main(capsys, *args, "--all").out)
+    assert "within 4.63e+10% RMS (worst: current/native@4.4, +4.63e+10%)." in out
+    assert "track record, 4.63e+10% RMS;" in out and " 462.7 +4.63e+10% --measured" in out
+    assert run_main(capsys, *args, "--explain").out.endswith("  RMS over 1: 4.63e+10%\n")
+    fit = flat(run_main(capsys, "--measured", "current/native=423", "--fit", "native_engine.overhead_cut").out)
+    assert "RMS error 9.4% before, 0.0% after." in fit  # float rounding of 0 after a fit that meets it
 
 
 def test_float_rounding_of_0_shows_as_0(capsys: pytest.CaptureFixture[str]) -> None:

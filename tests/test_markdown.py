@@ -85,7 +85,19 @@ def test_a_sweep_of_accept_lists_keeps_each_step_beside_its_throughputs(capsys: 
     assert [row[7] for row in sweep[1:]] == ["", "670"]  # @14 at the point that has it
 
 
+def test_the_chart_draws_tiny_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    """A million times faster than B300: steps of 0.00001 ms, which two places drew as 0.00 (Mermaid reads no
+    exponent)."""
+    fast = [f"moe_curve.points[{i}].ms={ms}" for i, ms in enumerate((1.15e-6, 8.85e-6, 2.38e-5))]
+    args = [a for key in ("anchors.ar_tok_s=1.33e8", "anchors.ddtree.tok_s=3.03e8", *fast) for a in ("--set", key)]
+    out = document(capsys, *args)
+    assert '    y-axis "ms" 0 --> 0.00003000\n    bar "SPEC" [0.00001452, 0.00000951, 0.00002088, 0.00001473]\n' in out
+    assert '    y-axis "ms" 0 --> 21\n    bar "SPEC" [14.52, 9.51, 20.88, 14.73]\n' in document(capsys)
+
+
 def test_a_caption_does_not_repeat_its_heading(capsys: pytest.CaptureFixture[str]) -> None:
+    solved = document(capsys, "--solve", "native_engine.overhead_cut", "--observed", "current/native=463")
+    assert "### Solved\n\nnative\\_engine.overhead\\_cut = 0.400489 (was 0.4)" in solved  # a key path as it is
     out = document(capsys, "--all")
     assert "### Current drafter\n\nBlock 8, budget 8, verify batch M = 9; times in ms\n" in out
     assert "### Calibration\n\nIn ms: MoE scales by the bandwidth ratio" in out
