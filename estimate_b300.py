@@ -3063,7 +3063,7 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
     found += [
         ("peak", f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB "
          f"per GPU, which takes at least {p.peak_ms:.3g} ms at {ref.name}'s {ref.mem_bandwidth_tb_s:g} TB/s: "
-         f"{100 * p.efficiency:.1f}% of peak bandwidth is impossible; check the time, the `model` geometry or "
+         f"{fixed(p.efficiency, '.1%')} of peak bandwidth is impossible; check the time, the `model` geometry or "
          "hardware.reference.mem_bandwidth_tb_s")
         for p in roofline(cal) or () if p.efficiency > 1
     ]  # fmt: skip
@@ -3247,22 +3247,23 @@ def figure_text(figure: Figure, operand: bool = False) -> str:
 def fixed(value: float, spec: str, deviation: bool = False) -> str:
     """A number in a fixed-point format spec, at a sensible precision: one of 1e9 or more in 3 significant
     digits, with its exponent; a magnitude that is not 0 but would show as 0 in the spec's places in 2 (a
-    throughput of 0.082 tok/s, not 0). A deviation (a signed spec, +, or `deviation`: a residual, an error, an
-    RMS) that shows as 0 is float rounding of 0: +0.0%, not +2.2e-14%.
+    throughput of 0.082 tok/s, not 0). A deviation (a signed spec, +, a value below 0, or `deviation`: a residual,
+    an error, an RMS, an intercept) that shows as 0 is float rounding of 0: +0.0%, not +2.2e-14%.
 
     >>> fixed(950.4, ".0f"), fixed(0.0816, ".0f"), fixed(2e-5, ".1%"), fixed(0.0, ".2f"), fixed(0.5, "g")
     ('950', '0.082', '0.002%', '0.00', '0.5')
-    >>> fixed(1.453e13, "+.0%"), fixed(146260.05, ".2f"), fixed(2.2e-16, "+.1%")
-    ('+1.45e+15%', '146260.05', '+0.0%')
+    >>> fixed(1.453e13, "+.0%"), fixed(146260.05, ".2f"), fixed(2.2e-16, "+.1%"), fixed(999999999.99, ".1f")
+    ('+1.45e+15%', '146260.05', '+0.0%', '1e+09')
     """
     if spec[-1:] not in ("f", "%") or not math.isfinite(value):
         return format(value, spec)
     sign, shown = "+" if spec.startswith("+") else "", value * 100 if spec.endswith("%") else value
-    unit = "%" if spec.endswith("%") else ""
-    if abs(shown) >= 1e9:
+    unit, text = "%" if spec.endswith("%") else "", format(value, spec)
+    if len(text.lstrip("+-").split(".")[0].rstrip("%")) >= 10:  # 1e9 or more, rounded: 999999999.99 too
         return f"{shown:{sign}.3g}{unit}"
-    text = format(value, spec)
-    return text if not value or sign or deviation or any(d in text for d in "123456789") else f"{shown:.2g}{unit}"
+    if not value or value < 0 or sign or deviation or any(d in text for d in "123456789"):  # below 0: a deviation
+        return text
+    return f"{shown:.2g}{unit}"
 
 
 def explain_line(figure: Figure) -> str:
@@ -3454,6 +3455,11 @@ def _spread(values: Sequence[float], fmt: str) -> str:
     return low if low == high else f"{low} to {high}" if "-" in low + high or "e" in low + high else f"{low}-{high}"
 
 
+def _change(share: float) -> str:
+    """A relative change to whole percents, or to a tenth below half a percent: -0.1%, not -0%."""
+    return fixed(share, "+.0%" if abs(share) >= 0.005 else "+.1%")
+
+
 def headline_lines(report: Report) -> list[str]:
     """Two to four sentences: today's throughput, the native engine's, the stronger drafter's, and how sure."""
     h, cal = report.headline, report.estimate.calibration
@@ -3482,7 +3488,7 @@ def headline_lines(report: Report) -> list[str]:
         lines.append(
             f"Uncertainty: over the ranges in the calibration, {b.scenario} ({fixed(b.tok_s, '.0f')} tok/s) spans "
             f"{fixed(b.tok_s_min, '.0f')} to {fixed(b.tok_s_max, '.0f')} tok/s "
-            f"({fixed(b.tok_s_min / b.tok_s - 1, '+.0%')} / {fixed(b.tok_s_max / b.tok_s - 1, '+.0%')}).{outside}"
+            f"({_change(b.tok_s_min / b.tok_s - 1)} / {_change(b.tok_s_max / b.tok_s - 1)}).{outside}"
         )
     record = report.track_record
     if record:
@@ -3921,23 +3927,28 @@ def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
     named for the segment that shows of it.
     """
     bars, footnote = chart_bars(scenarios), _footnotes(scenarios)
+    # Mermaid reads no exponent: a step past 0.01 to 999,999 ms is drawn in a unit of its own power of ten
+    # (1e-5 ms), every value to the places that give the longest step 3 significant digits (2 to 4; a part
+    # too short to show in them is too short to see), and the axis to its leading digit, rounded up.
+    power = math.floor(math.log10(max(row.step_ms for _, row, _ in bars)))
+    power = power if not -2 <= power <= 5 else 0
+    unit = "ms" if not power else f"1e{power} ms"
     series = [
-        ("SPEC", [row.step_ms for _, row, _ in bars]),
-        ("ATTN_BASE", [row.moe_ms + row.attn_base_ms for _, row, _ in bars]),
-        ("MoE", [row.moe_ms for _, row, _ in bars]),
-    ]
+        (name, [ms / 10.0**power for ms in values]) for name, values in (
+            ("SPEC", [row.step_ms for _, row, _ in bars]),
+            ("ATTN_BASE", [row.moe_ms + row.attn_base_ms for _, row, _ in bars]),
+            ("MoE", [row.moe_ms for _, row, _ in bars]),
+        )
+    ]  # fmt: skip
+    top = max(series[0][1])
+    places, digit = max(2, 2 - math.floor(math.log10(top))), 10.0 ** min(math.floor(math.log10(top)), 0)
     labels = ", ".join(f'"{label}{footnote(row)}"' for label, row, _ in bars)  # a run that cannot be made, marked
-    # Mermaid reads no exponent: every value to the places that give the least 3 significant digits (2 places
-    # at least, 12 at most), and the axis to the step's leading digit, rounded up.
-    least, top = min(v for _, values in series for v in values if v > 0), max(row.step_ms for _, row, _ in bars)
-    places = min(max(2, 2 - math.floor(math.log10(least))), 12)
-    unit = 10.0 ** min(math.floor(math.log10(top)), 0)
     return "\n".join([
         "```mermaid",
         "xychart-beta horizontal",
-        '    title "Step time (ms)"',
+        f'    title "Step time ({unit})"',
         f"    x-axis [{labels}]",
-        f'    y-axis "ms" 0 --> {math.ceil(top / unit) * unit:.{places if unit < 1 else 0}f}',
+        f'    y-axis "{unit}" 0 --> {math.ceil(top / digit) * digit:.{places if digit < 1 else 0}f}',
         *(f'    bar "{name}" [{", ".join(f"{v:.{places}f}" for v in values)}]' for name, values in series),
         "```",
     ])  # fmt: skip

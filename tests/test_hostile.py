@@ -626,6 +626,18 @@ def test_a_huge_error_shows_alike_everywhere(capsys: pytest.CaptureFixture[str])
     assert "RMS error 9.4% before, 0.0% after." in fit  # float rounding of 0 after a fit that meets it
 
 
+def test_a_warning_shows_a_share_as_the_tables_do(capsys: pytest.CaptureFixture[str]) -> None:
+    points = '[{"m": 1, "ms": 1e-12}, {"m": 9, "ms": 1e-11}, {"m": 32, "ms": 3e-11}]'
+    run = run_main(capsys, "--all", "--no-chart", "--set", f"moe_curve.points={points}")
+    assert "8.26e+13% of peak bandwidth is impossible" in run.err and "  8.26e+13%" in run.out
+
+
+def test_a_small_band_shows_its_tenths(capsys: pytest.CaptureFixture[str]) -> None:
+    ranges = '{"source": "x", "anchors.ar_tok_s": {"relative": 0.01, "source": "y"}}'
+    out = flat(run_main(capsys, "--set", f"ranges={ranges}").out)
+    assert "spans 949 to 952 tok/s (-0.1% / +0.1%)." in out  # not -0% / +0%
+
+
 def test_float_rounding_of_0_shows_as_0(capsys: pytest.CaptureFixture[str]) -> None:
     """A fit that meets its one measurement leaves residuals of float rounding (2.2e-16), and a range of an assumption
     the scenario does not read swings it by 5.7e-14 tok/s: both are 0, as the track record says."""

@@ -87,12 +87,17 @@ def test_a_sweep_of_accept_lists_keeps_each_step_beside_its_throughputs(capsys: 
 
 def test_the_chart_draws_tiny_steps(capsys: pytest.CaptureFixture[str]) -> None:
     """A million times faster than B300: steps of 0.00001 ms, which two places drew as 0.00 (Mermaid reads no
-    exponent)."""
+    exponent); and a billion times slower, 14 digits a bar."""
     fast = [f"moe_curve.points[{i}].ms={ms}" for i, ms in enumerate((1.15e-6, 8.85e-6, 2.38e-5))]
     args = [a for key in ("anchors.ar_tok_s=1.33e8", "anchors.ddtree.tok_s=3.03e8", *fast) for a in ("--set", key)]
     out = document(capsys, *args)
-    assert '    y-axis "ms" 0 --> 0.00003000\n    bar "SPEC" [0.00001452, 0.00000951, 0.00002088, 0.00001473]\n' in out
+    assert 'title "Step time (1e-5 ms)"' in out  # in a unit of its own power of ten, to 3 digits
+    assert '    y-axis "1e-5 ms" 0 --> 3\n    bar "SPEC" [1.45, 0.95, 2.09, 1.47]\n' in out
     assert '    y-axis "ms" 0 --> 21\n    bar "SPEC" [14.52, 9.51, 20.88, 14.73]\n' in document(capsys)
+    slow = document(capsys, "--set", "anchors.ar_tok_s=1e-9", "--set", "anchors.ddtree.tok_s=2e-9", "--no-chart")
+    assert "```mermaid" not in slow  # --no-chart holds in Markdown too
+    slow = document(capsys, "--set", "anchors.ar_tok_s=1e-9", "--set", "anchors.ddtree.tok_s=2e-9")
+    assert '    y-axis "1e12 ms" 0 --> 3\n    bar "SPEC" [2.20, 1.32, 2.83, 1.70]\n' in slow
 
 
 def test_a_caption_does_not_repeat_its_heading(capsys: pytest.CaptureFixture[str]) -> None:
