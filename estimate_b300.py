@@ -3255,7 +3255,7 @@ def fixed(value: float, spec: str, deviation: bool = False) -> str:
     >>> fixed(1.453e13, "+.0%"), fixed(146260.05, ".2f"), fixed(2.2e-16, "+.1%"), fixed(999999999.99, ".1f")
     ('+1.45e+15%', '146260.05', '+0.0%', '1e+09')
     """
-    if spec[-1:] not in ("f", "%") or not math.isfinite(value):
+    if spec[-1:] not in ("f", "%") or not math.isfinite(value) or plain(value, spec):
         return format(value, spec)
     sign, shown = "+" if spec.startswith("+") else "", value * 100 if spec.endswith("%") else value
     unit, text = "%" if spec.endswith("%") else "", format(value, spec)
@@ -3264,6 +3264,12 @@ def fixed(value: float, spec: str, deviation: bool = False) -> str:
     if not value or value < 0 or sign or deviation or any(d in text for d in "123456789"):  # below 0: a deviation
         return text
     return f"{shown:.2g}{unit}"
+
+
+def plain(value: float, spec: str) -> bool:
+    """Whether fixed shows a number as format does, told without formatting it: one from 1 to below 1e8 (a share's
+    percent), which has a digit that is not 0 and, rounded, fewer than 10 before the point."""
+    return 1 <= abs(value) * (100 if spec.endswith("%") else 1) < 1e8
 
 
 def explain_line(figure: Figure) -> str:
@@ -3385,8 +3391,8 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
     shown_fixed = [  # columns with a number their places would show wrongly (see fixed): their cells as text
         i for i, c in enumerate(columns) if c.fmt[-1:] in ("f", "%")
-        and any(isinstance(v := r[i], float) and not 1 <= abs(v) * (100 if c.fmt[-1] == "%" else 1) < 1e9
-                and fixed(v, c.fmt) != format(v, c.fmt) for r in cells)
+        and any(isinstance(v := r[i], float) and not plain(v, c.fmt) and fixed(v, c.fmt) != format(v, c.fmt)
+                for r in cells)
     ]  # fmt: skip
     for r, i in itertools.product(cells, shown_fixed):
         r[i] = fixed(v, columns[i].fmt) if isinstance(v := r[i], float) else v

@@ -624,6 +624,8 @@ def test_a_huge_error_shows_alike_everywhere(capsys: pytest.CaptureFixture[str])
     assert run_main(capsys, *args, "--explain").out.endswith("  RMS over 1: 4.63e+10%\n")
     fit = flat(run_main(capsys, "--measured", "current/native=423", "--fit", "native_engine.overhead_cut").out)
     assert "RMS error 9.4% before, 0.0% after." in fit  # float rounding of 0 after a fit that meets it
+    big = run_main(capsys, "--measured", "current/native=999999999.99", "--all", "--no-chart").out
+    assert " 4.4  1e+09      462.7  -100.0%  --measured" in big  # 10 digits once rounded, in a table too
 
 
 def test_a_warning_shows_a_share_as_the_tables_do(capsys: pytest.CaptureFixture[str]) -> None:
