@@ -198,6 +198,18 @@ def test_json_run_does_not_import_tabulate() -> None:
     assert proc.stdout.strip() == "0 False"
 
 
+def test_main_in_process_leaves_the_collector_as_it_was(capsys: pytest.CaptureFixture[str]) -> None:
+    """main(argv) called from Python leaves the garbage collector working on every object; only the command,
+    whose process ends with the run, spares the collector its passes at exit (see Speed in the README)."""
+    import gc
+
+    frozen = gc.get_freeze_count()
+    assert run_main(capsys, "--format", "json").code == 0
+    assert run_main(capsys, "--set", "anchors.ar_tok_s=-1").code == 2
+    assert gc.get_freeze_count() == frozen
+    assert gc.isenabled()
+
+
 def test_pep723_header_names_tabulate() -> None:
     """The bare file runs with `uv run` / `pipx run`: its inline metadata must parse and name tabulate."""
     import re
