@@ -1975,7 +1975,7 @@ def _received(pipe: BinaryIO) -> bytes | None:
 
 
 SWEEP_CHUNK = 8000  # scenarios a worker estimates at a time (1,000 points of 8): a 3 MB piece of JSON
-SWEEP_HELD = 16 * 2**20  # bytes of checked points held for the output, compressed (141 a point of the default sweep)
+SWEEP_HELD = 16 * 2**20  # bytes of checked points held for the output, compressed (~135 a point of the default sweep)
 
 
 class Sweep(NamedTuple):

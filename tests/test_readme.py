@@ -84,6 +84,17 @@ def test_the_readme_has_its_samples_and_no_placeholder() -> None:
     assert not re.search(r"^[A-Z][A-Z_]+$", README.read_text(), re.M)  # a placeholder left on its own line
 
 
+def test_each_link_within_the_readme_lands_on_a_heading() -> None:
+    """A link `(#anchor)` names a heading as GitHub makes its anchor: lower case, punctuation dropped,
+    spaces as hyphens."""
+    text = README.read_text()
+    headings = re.findall(r"^#{1,6} (.+)$", re.sub(r"(?ms)^```.*?^```$", "", text), re.M)
+    anchors = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+    links = re.findall(r"\]\(#([^)]+)\)", text)
+    assert len(links) >= 5
+    assert [link for link in links if link not in anchors] == []
+
+
 @pytest.mark.parametrize(("command", "shown"), SAMPLES, ids=[c for c, _ in SAMPLES])
 def test_each_readme_sample_is_what_the_tool_prints(command: str, shown: str, tmp_path: Path) -> None:
     assert run(command, installed_root(tmp_path)) == shown
