@@ -1487,7 +1487,8 @@ def read_document(path: str) -> tuple[object, str]:
         finally:
             os.close(fd)
     except FileNotFoundError:
-        raise CalibrationError("", "no such file; expected a calibration JSON file") from None
+        stdin = " (standard input is /dev/stdin)" if str(path) == "-" else ""
+        raise CalibrationError("", f"no such file; expected a calibration JSON file{stdin}") from None
     except IsADirectoryError:
         raise CalibrationError("", "is a directory; expected a calibration JSON file") from None
     except OSError as exc:

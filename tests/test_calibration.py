@@ -44,6 +44,10 @@ def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     assert_clean_error(run_main(capsys, "--calibration", missing), missing, "no such file")
 
 
+def test_a_dash_is_a_file_name_and_the_error_names_standard_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert_clean_error(run_main(capsys, "--calibration", "-"), "-: no such file", "standard input is /dev/stdin")
+
+
 def test_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert_clean_error(run_main(capsys, "--calibration", str(tmp_path)), str(tmp_path), "is a directory")
 
