@@ -68,6 +68,7 @@ MAX_NESTING = 32  # lists and objects within a --set value
 MAX_HINTED = 5000  # keys a "did you mean" compares: a calibration at every limit has about 2,500 numbers
 MAX_SWEEPS, MAX_SWEEP_POINTS = 2, 100_000  # two sweeps make a grid
 MAX_SWEEP_SCENARIOS = 1_000_000  # in all its points: 100,000 points of the shipped calibration's 8 are 800,000
+MAX_SWEEP_CURVE_READS = 300_000  # curve points a sweep's cross-check reads again: 100,000 points of the shipped 3
 FAR_FROM_BEFORE = 10  # a fitted or solved value this many times, or this fraction of, its value before: a warning
 MAX_FIT = 8  # values fitted at once: more than the measurements of one model can usually tell apart
 FIT_STEPS = 100  # Levenberg-Marquardt steps of a fit or a refit: a few are the rule, the rest a value running off
@@ -336,17 +337,14 @@ def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
 @functools.lru_cache(maxsize=64)  # one hardware, every M: a fit reads the curve at each measured tree's M
 def bandwidth_ratio(hardware: Hardware) -> Figure:
     """Target over reference memory bandwidth: 8.0 / 1.8 = 4.444 for B300 vs RTX PRO 6000."""
-    return derive("bandwidth ratio", "target bandwidth / reference bandwidth", "ratio", *_bandwidths(hardware))
+    target, reference = bandwidth(hardware.target, "target"), bandwidth(hardware.reference, "reference")
+    return derive("bandwidth ratio", "target bandwidth / reference bandwidth", "ratio", target, reference)
 
 
-@functools.lru_cache(maxsize=64)
-def _bandwidths(hardware: Hardware) -> tuple[Figure, Figure]:
-    """The target's and the reference GPU's memory bandwidth, as inputs."""
-    target, reference = hardware.target.mem_bandwidth_tb_s, hardware.reference.mem_bandwidth_tb_s
-    return (
-        given("target bandwidth", target, "TB/s", "hardware.target.mem_bandwidth_tb_s"),
-        given("reference bandwidth", reference, "TB/s", "hardware.reference.mem_bandwidth_tb_s"),
-    )
+@functools.lru_cache(maxsize=128)
+def bandwidth(gpu: Gpu, role: Literal["target", "reference"]) -> Figure:
+    """A GPU's memory bandwidth, as an input; `role` is the GPU's key in `hardware`."""
+    return given(f"{role} bandwidth", gpu.mem_bandwidth_tb_s, "TB/s", f"hardware.{role}.mem_bandwidth_tb_s")
 
 
 class MoeTime(NamedTuple):
@@ -370,7 +368,7 @@ def _moe_time(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, 
             "moe_curve.points", f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {curve.fit}) at M = {m} "
             f"gives {at.value:.4g} ms; expected a positive time: add a measured point nearer M = {m}"
         )  # fmt: skip
-    floor = moe_floor(hardware, model, curve.tp, m) if model else None
+    floor = moe_floor(hardware.target, model, curve.tp, m) if model else None
     time = derive(f"MoE({m})", f"{at.name} / bandwidth ratio", "ms", at, bandwidth_ratio(hardware))
     return MoeTime(m, time, not curve.points[0].m <= m <= curve.points[-1].m, floor)
 
@@ -776,13 +774,13 @@ def _experts_weights(ms: tuple[int, ...], model: ModelGeometry) -> tuple[float, 
 
 
 @functools.lru_cache(maxsize=1024)  # keyed without the curve: a fit that moves the curve's times finds it here
-def moe_floor(hardware: Hardware, model: ModelGeometry, tp: int, m: int) -> Figure:
+def moe_floor(target: Gpu, model: ModelGeometry, tp: int, m: int) -> Figure:
     """The time in ms of one step's MoE weight read at 100% of the target's bandwidth."""
     read = moe_gb_per_gpu(model, tp, m)
-    return derive("MoE floor", f"{read.name} / target bandwidth", "ms", read, _bandwidths(hardware)[0])
+    return derive("MoE floor", f"{read.name} / target bandwidth", "ms", read, bandwidth(target, "target"))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=2048)  # each point of a curve of up to 1,000, and the scenarios' M
 def moe_gb_per_gpu(model: ModelGeometry, tp: int, m: int) -> Figure:
     """Weight bytes one GPU reads in one step's MoE: every MoE layer, split over the TP ranks.
 
@@ -821,25 +819,25 @@ class RooflinePoint(NamedTuple):
     bytes_per_gpu: float
     peak_ms: float  # the read at 100% of the reference bandwidth
     efficiency: float  # peak_ms / ms; above 1 is impossible
-    figures: tuple[Figure, ...]
+    figures: tuple[Figure, ...]  # the read, the peak read and the efficiency; derivation() gives what they rest on
 
 
 def roofline(cal: Calibration) -> tuple[RooflinePoint, ...] | None:
     """For every curve point: the bytes it must read, and the share of peak bandwidth its time implies."""
-    return _roofline(cal.hardware, cal.model, cal.moe_curve) if cal.model else None
+    return _roofline(cal.hardware.reference, cal.model, cal.moe_curve) if cal.model else None
 
 
-@functools.lru_cache(maxsize=64)
-def _roofline(hardware: Hardware, model: ModelGeometry, curve: MoeCurve) -> tuple[RooflinePoint, ...]:
-    return tuple(_roofline_point(hardware, model, curve.tp, p) for p in curve.points)
+@functools.lru_cache(maxsize=64)  # keyed without the target: a sweep of its bandwidth finds it here
+def _roofline(reference: Gpu, model: ModelGeometry, curve: MoeCurve) -> tuple[RooflinePoint, ...]:
+    return tuple(_roofline_point(reference, model, curve.tp, p) for p in curve.points)
 
 
 @functools.lru_cache(maxsize=2048)  # a sweep of one point's time reads the other 999 again
-def _roofline_point(hardware: Hardware, model: ModelGeometry, tp: int, p: CurvePoint) -> RooflinePoint:
-    read = moe_gb_per_gpu(model, tp, p.m)
-    peak = derive(f"peak read({p.m})", f"{read.name} / reference bandwidth", "ms", read, _bandwidths(hardware)[1])
+def _roofline_point(reference: Gpu, model: ModelGeometry, tp: int, p: CurvePoint) -> RooflinePoint:
+    read, peak_bandwidth = moe_gb_per_gpu(model, tp, p.m), bandwidth(reference, "reference")
+    peak = derive(f"peak read({p.m})", f"{read.name} / reference bandwidth", "ms", read, peak_bandwidth)
     efficiency = derive(f"efficiency({p.m})", f"peak read({p.m}) / curve({p.m})", "%", peak, point_figure(p))
-    distinct, figures = distinct_experts(model, p.m).value, tuple(derivation(efficiency))
+    distinct, figures = distinct_experts(model, p.m).value, (read, peak, efficiency)
     return RooflinePoint(p.m, p.ms, p.basis, distinct, read.value * 1e9, peak.value, efficiency.value, figures)
 
 
@@ -1883,12 +1881,12 @@ def over_cpus(tasks: Sequence[Callable[[], T]], min_tasks: int = 2) -> Generator
     Worker w of n does tasks w, w + n, ... and sends each result back pickled through its own pipe,
     whose buffer holds it back once full: memory stays flat. A task that a worker does not send
     back (an error, a worker killed, no worker started) is done here, so it fails here as it would
-    alone.
+    alone. A task done here runs without the garbage collector, as in a worker (see _start_worker).
     """
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     workers = min(len(tasks), cpus, MAX_WORKERS) if hasattr(os, "fork") and len(tasks) >= min_tasks else 1
     if workers < 2:
-        yield from (task() for task in tasks)
+        yield from map(_uncollected, tasks)
         return
     import pickle
     import signal
@@ -1904,13 +1902,24 @@ def over_cpus(tasks: Sequence[Callable[[], T]], min_tasks: int = 2) -> Generator
         for i, task in enumerate(tasks):
             worker = started[i % workers]
             data = _received(worker[1]) if worker else None
-            yield task() if data is None else pickle.loads(data)
+            yield _uncollected(task) if data is None else pickle.loads(data)
     finally:
         for pid, pipe in filter(None, started):
             pipe.close()
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)  # a worker still at work is not needed any more
                 os.waitpid(pid, 0)
+
+
+def _uncollected(task: Callable[[], T]) -> T:
+    """task(), with the garbage collector paused while it runs (if it was on), as a worker runs it."""
+    if not gc.isenabled():
+        return task()
+    gc.disable()
+    try:
+        return task()
+    finally:
+        gc.enable()
 
 
 def _start_worker(
@@ -2160,6 +2169,12 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
             "", f"the grid has {count:,} points of up to {most} scenarios, {count * most:,} in all; expected at most "
             f"{MAX_SWEEP_POINTS:,} points and {MAX_SWEEP_SCENARIOS:,} scenarios", file="--sweep",
         )  # fmt: skip
+    if (curve := curve_rereads(cal, sweeps)) and count * curve > MAX_SWEEP_CURVE_READS:
+        raise CalibrationError(
+            "", f"the grid has {count:,} points, at each of which the physical cross-check reads all {curve:,} curve "
+            f"points again, {count * curve:,} in all; expected at most {MAX_SWEEP_CURVE_READS:,}: fewer points, or "
+            "fewer curve points", file="--sweep",
+        )  # fmt: skip
     plan = SweepPlan(tuple(sweeps), doc, cal, label, count, max(1, SWEEP_CHUNK // most), table)
     seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
     extrapolated: set[int] = set()
@@ -2196,6 +2211,31 @@ def most_scenarios(cal: Calibration, sweeps: Sequence[Sweep]) -> int:
                 listed = get_path(value, accept[len(sweep.path) :])
                 lengths += [len(listed)] if isinstance(listed, list) else []
     return len(PIPELINES) * (1 + min(max(lengths), MAX_ITEMS["accept"]))
+
+
+# What the physical cross-check reads of every curve point. A swept value at, inside or around one of these makes
+# it read every point again at every point of the sweep; a value inside the list of points (a point's time or M)
+# makes it read that point alone.
+CROSS_CHECKED = (("hardware", "reference"), ("model",), ("moe_curve", "tp"), ("moe_curve", "points"))
+
+
+def curve_rereads(cal: Calibration, sweeps: Sequence[Sweep]) -> int:
+    """How many curve points the physical cross-check reads again at each point of the sweep: every one (as many
+    as the longest list a swept value gives) when a swept value changes what it reads of them all, else none."""
+    points = CROSS_CHECKED[-1]
+    most = 0
+    for sweep in sweeps:
+        path, lengths = sweep.path, [len(cal.moe_curve.points)]
+        if at_or_inside(points, path):  # the swept values replace the list: their own lengths count
+            for value in sweep.values:
+                with contextlib.suppress(CalibrationError):  # a value without a list there fails its point's check
+                    listed = get_path(value, points[len(path) :])
+                    lengths += [len(listed)] if isinstance(listed, list) else []
+        elif not any(at_or_inside(path, c) or at_or_inside(c, path) for c in CROSS_CHECKED[:-1]):
+            continue
+        if cal.model is not None or at_or_inside(("model",), path):  # without a model, no cross-check
+            most = max(most, *lengths)
+    return most
 
 
 def _check_chunk(
@@ -3634,7 +3674,7 @@ def break_even_section(report: Report, style: Style) -> Section:
 
 def roofline_figure(roof: tuple[RooflinePoint, ...], name: str) -> Figure:
     """A figure that every curve point's read shares ("MoE layers", "expert MB"), from the first one's derivation."""
-    return next(f for f in roof[0].figures if f.name == name)
+    return next(f for f in derivation(*roof[0].figures) if f.name == name)
 
 
 def physical_sections(report: Report, style: Style) -> list[Section]:

@@ -1006,6 +1006,26 @@ def test_few_tasks_are_done_here(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not forked
 
 
+def test_a_task_done_here_runs_without_the_collector_as_in_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One CPU, or too few tasks, or a task a worker left: it runs with the collector paused, and the collector is
+    on again after it (and after a task that fails); a caller that had paused it finds it paused still."""
+    import gc
+
+    def fails() -> bool:
+        raise ZeroDivisionError
+
+    on_cpus(monkeypatch, 1)
+    assert list(eb.over_cpus([gc.isenabled] * 3)) == [False] * 3 and gc.isenabled()
+    with pytest.raises(ZeroDivisionError):
+        list(eb.over_cpus([gc.isenabled, fails]))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert list(eb.over_cpus([gc.isenabled])) == [False] and not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_no_process_to_fork_leaves_the_work_here(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse() -> int:
         raise BlockingIOError(11, "Resource temporarily unavailable")
