@@ -784,11 +784,24 @@ def moe_floor(target: Gpu, model: ModelGeometry, tp: int, m: int) -> Figure:
 def moe_gb_per_gpu(model: ModelGeometry, tp: int, m: int) -> Figure:
     """Weight bytes one GPU reads in one step's MoE: every MoE layer, split over the TP ranks.
 
-    One routed expert is its gate, up and down projections with their quantization scales
-    (24.77 MB for Kimi K2 in INT4, group size 32); a shared expert the curve times stays at 16 bits.
-
     >>> round(moe_gb_per_gpu(ModelGeometry(61, 1, 7168, 2048, 384, 8, 1, 4, 32, 16, False), 8, 9).value, 2)
     12.31
+    """
+    layers, expert, shared = expert_weights(model)
+    distinct, ranks = distinct_experts(model, m), given("TP", tp, "count", "moe_curve.tp")
+    if shared is None:
+        formula = f"MoE layers * {distinct.name} * expert MB / TP / 1000"
+        return derive(f"GB per GPU({m})", formula, "GB", layers, distinct, expert, ranks)
+    formula = f"MoE layers * ({distinct.name} * expert MB + shared MB) / TP / 1000"
+    return derive(f"GB per GPU({m})", formula, "GB", layers, distinct, expert, shared, ranks)
+
+
+@functools.lru_cache(maxsize=64)  # every M's read shares them
+def expert_weights(model: ModelGeometry) -> tuple[Figure, Figure, Figure | None]:
+    """The MoE layers, one routed expert's MB and, when the curve times the shared expert, its MB.
+
+    One routed expert is its gate, up and down projections with their quantization scales
+    (24.77 MB for Kimi K2 in INT4, group size 32); a shared expert the curve times stays at 16 bits.
     """
     shape = {key: given(key, getattr(model, key), "count", f"model.{key}") for key in ModelGeometry._fields[:-1]}
     expert = derive(
@@ -797,16 +810,13 @@ def moe_gb_per_gpu(model: ModelGeometry, tp: int, m: int) -> Figure:
                                    "group_size")),
     )  # fmt: skip
     layers = derive("MoE layers", "layers - dense_layers", "count", shape["layers"], shape["dense_layers"])
-    distinct, ranks = distinct_experts(model, m), given("TP", tp, "count", "moe_curve.tp")
     if not model.curve_includes_shared_expert:
-        formula = f"MoE layers * {distinct.name} * expert MB / TP / 1000"
-        return derive(f"GB per GPU({m})", formula, "GB", layers, distinct, expert, ranks)
+        return layers, expert, None
     shared = derive(
         "shared MB", "shared_experts * 3 * hidden_size * expert_intermediate_size * 2 / 1e6", "MB",
         *(shape[k] for k in ("shared_experts", "hidden_size", "expert_intermediate_size")),
     )  # fmt: skip
-    formula = f"MoE layers * ({distinct.name} * expert MB + shared MB) / TP / 1000"
-    return derive(f"GB per GPU({m})", formula, "GB", layers, distinct, expert, shared, ranks)
+    return layers, expert, shared
 
 
 class RooflinePoint(NamedTuple):
@@ -865,19 +875,30 @@ def estimate(cal: Calibration) -> Estimate:
 
 
 _COMPILED: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # formula text -> the function it spells
-_CODES: dict[str, Callable[[tuple[Figure, ...]], float]] = {}  # the code of a formula -> the same function
+_SHAPES: dict[str, Callable[[tuple[float, ...]], Callable[[tuple[Figure, ...]], float]]] = {}  # -> its maker
+NUMBER = r"(?<![\w.\[])\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.\]])"  # a number in a formula's code, not v[0]
 
 
 def _compile(formula: str, inputs: tuple[Figure, ...]) -> Callable[[tuple[Figure, ...]], float]:
-    """'AR step - MoE(1)' -> lambda v: v[0].value - v[1].value. A formula text always names the same inputs;
-    formulas that differ only in the names (peak read(9), peak read(33)) share the code."""
+    """'AR step - MoE(1)' -> lambda v: v[0].value - v[1].value. A formula text always names the same inputs.
+
+    Formulas that differ only in their names and numbers (peak read(9) and peak read(33); E * (1 - (1 - k / E)^9)
+    and ^33) share one shape of code, compiled once, each made from it with its own numbers: a curve of 1,000
+    points, or a fit over many trees, has thousands of formulas and few shapes.
+    """
     index = {f.name: i for i, f in enumerate(inputs)}
     code = replace_names(formula, index, lambda name: f"v[{index[name]}].value").replace("^", "**")
+    numbers: list[float] = []
+
+    def numbered(number: re.Match[str]) -> str:
+        numbers.append(int(number[0]) if number[0].isdigit() else float(number[0]))  # as the literal would be
+        return f"c[{len(numbers) - 1}]"
+
+    shape = re.sub(NUMBER, numbered, code)
     if len(_COMPILED) > 4096:  # formulas that name an M (curve(33)) are many in a sweep of budgets
         _COMPILED.clear()
-        _CODES.clear()
-    compute = _CODES.get(code) or eval(f"lambda v: {code}", {"__builtins__": {}})
-    _COMPILED[formula] = _CODES[code] = compute
+    make = _SHAPES.get(shape) or _SHAPES.setdefault(shape, eval(f"lambda c: lambda v: {shape}", {"__builtins__": {}}))
+    compute = _COMPILED[formula] = make(tuple(numbers))
     return compute
 
 
