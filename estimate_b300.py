@@ -968,6 +968,19 @@ def printable(text: str) -> str:
     return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii") if steers(ch) else ch for ch in text)
 
 
+def visible(text: str) -> str:
+    r"""Text with every character that does not show escaped as printable() escapes: what printable() escapes,
+    and the characters it keeps because they print in a name (a zero-width space, a joiner, a soft hyphen, a
+    space other than " "). Errors and warnings are read to find what is wrong, not copied back.
+
+    >>> print(visible("overhead_cut\u200b: got B\u00a0300\n"), visible("中文"))
+    overhead_cut\u200b: got B\xa0300\n 中文
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def shows_something(text: str) -> bool:
     r"""Whether a text has a character that shows: a letter, digit, punctuation or symbol. Spaces,
     zero-width and direction marks, marks that combine with nothing and blank fillers do not.
@@ -4728,8 +4741,9 @@ def _encodes(text: str, encoding: str) -> bool:
 
 
 def say(line: str) -> None:
-    """One line on stderr; a stderr that cannot take it changes nothing else."""
-    text = printable(line) + "\n"
+    """One line on stderr, every character that does not show escaped; a stderr that cannot take it changes
+    nothing else."""
+    text = visible(line) + "\n"
     try:
         try:
             sys.stderr.write(text)

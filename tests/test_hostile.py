@@ -133,6 +133,21 @@ def test_control_characters_in_a_key_path_are_escaped(capsys: pytest.CaptureFixt
     assert "\x1b" not in run.err
 
 
+def test_errors_and_warnings_show_every_character_that_would_not_show(capsys: pytest.CaptureFixture[str]) -> None:
+    """A zero-width space in a key would make "did you mean native_engine.overhead_cut?" name the key typed; on
+    stderr every such character is escaped. The output keeps a name as typed, so that a line copied back gives
+    the same run; only the characters that steer a terminal are escaped there."""
+    run = run_main(capsys, "--set", "native_engine.overhead_cut\u200b=0.3")
+    assert_clean_error(run, "native_engine.overhead_cut\\u200b: unknown key (did you mean native_engine.overhead_cut?)")
+    run = run_main(capsys, "--set", "hardware.target.name=\u200b\u3000")
+    assert_clean_error(run, "--set hardware.target.name=\\u200b\\u3000: hardware.target.name: is blank")
+    run = run_main(capsys, "--set", "hardware.target.name=X\u200bY\u00adZ")
+    assert run.code == 0 and "the estimate is for X\\u200bY\\xadZ, but the anchors" in run.err
+    assert "X\u200bY\u00adZ" not in run.err and "X\u200bY\u00adZ" in run.out and "中" not in run.err
+    run = run_main(capsys, "--set", "hardware.target.name=中文\u200b")
+    assert "the estimate is for 中文\\u200b, but" in run.err  # a letter of any script shows as it is
+
+
 @pytest.mark.parametrize("fmt", [["--format", "table"], ["--format", "markdown"], ["--explain"], ["--format", "csv"]])
 def test_a_gpu_name_cannot_steer_the_terminal(capsys: pytest.CaptureFixture[str], fmt: list[str]) -> None:
     run = run_main(capsys, "--set", "hardware.target.name=B\x1b[31m300\u0007", *fmt)
