@@ -1547,7 +1547,9 @@ def read_document(path: str) -> tuple[object, str]:
         return obj
 
     try:
-        doc = json.loads(text, object_pairs_hook=object_of)
+        doc = json.loads(text, object_pairs_hook=object_of, parse_float=json_float)
+    except CalibrationError:
+        raise
     except json.JSONDecodeError as exc:
         raise CalibrationError(
             "", f"line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); expected a JSON object"
@@ -1797,12 +1799,24 @@ def shortened(text: str) -> str:
     return text if len(text) <= 80 else f"{text[:50]}...{text[-27:]}"
 
 
+def json_float(text: str) -> float:
+    """A JSON number with a fraction or an exponent, as a float: one past what a float holds is an error that
+    names it as written, not the Infinity or the 0 it would read as (1e-400 would pass for a cut of 0)."""
+    value = float(text)
+    if math.isinf(value) or (value == 0 and text.lower().partition("e")[0].strip("-0.")):
+        size, read = ("too small", "0") if value == 0 else ("too large", f"{'-' if value < 0 else ''}Infinity")
+        raise CalibrationError(
+            "", f"{shortened(text)} is {size} for a float and would read as {read}; expected a number of sensible size"
+        )
+    return value
+
+
 def parse_value(text: str, within: int = 0) -> object:
     """A --set value: JSON when it parses ('0.3', '[10,12]', 'true'), else the plain string ('B200'); `within`
     lists that are not part of a value hold it (a --sweep's list of values)."""
     too_deep = CalibrationError("", f"a value nested more than {MAX_NESTING} deep; expected a calibration value")
     try:
-        value = json.loads(text, object_pairs_hook=_each_key_once)
+        value = json.loads(text, object_pairs_hook=_each_key_once, parse_float=json_float)
     except CalibrationError:
         raise
     except json.JSONDecodeError:
@@ -1876,7 +1890,7 @@ class ScenarioSpec(NamedTuple):
                 accept = float(number)
             if not math.isfinite(accept):
                 raise bad(f"@{shown}: expected an accept length, e.g. @14{_as_json(number, ACCEPT)}")
-            if accept < 1:  # here, where the text is as typed: @1e-400 is 0 by now
+            if accept < 1:
                 raise bad(f"@{shown}: got {_describe(number)}; expected {ACCEPT.describe()}")
         return ScenarioSpec(drafter, pipeline, accept)
 
@@ -4650,10 +4664,8 @@ def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
             )
         tok_s = parse_value(tok_s_text)
         if tok_s not in THROUGHPUT:
-            underflow = isinstance(tok_s, float) and tok_s == 0  # 1e-400 is named as typed, not as the 0 it reads as
-            got = shortened(tok_s_text.strip()) if underflow else _describe(tok_s)
             expected = f"a positive throughput in tok/s, {THROUGHPUT.describe()}{_as_json(tok_s, THROUGHPUT)}"
-            raise CalibrationError("", f"got {got}; expected {expected}")
+            raise CalibrationError("", f"got {_describe(tok_s)}; expected {expected}")
         return spec, float(tok_s)
 
 

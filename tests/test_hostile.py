@@ -552,7 +552,7 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--set", f"moe_curve.points[{'9' * 5000}].ms=1"], "expected [N] with a whole number N"),
         (["--sweep", "ranges.anchors.ar_tok_s.relative=0.01,2"], "ranges.anchors.ar_tok_s.relative: a range (for"),
         (["--measured", "stronger/native@1e-400=500"],
-         "--measured stronger/native@1e-400=500: @1e-400: got 0; expected"),
+         "--measured stronger/native@1e-400=500: 1e-400 is too small for a float and would read as 0; expected"),
         (["--solve", "a..b", "--observed", "current/native=463"], "--solve a..b: a..b: expected a key path"),
         (["--solve", "stronger_drafter.spec_scale", "--observed", "current/native=463"], "does not depend on it"),
         (["--sweep", f"native_engine.overhead_cut=0:1{'0' * 4300}:1{'0' * 4300}"],
@@ -566,7 +566,8 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
          "usage: --measured and --sweep cannot be combined: a measurement goes to the track record and --fit"),
         (["--solve", "native_engine.overhead_cut", "--observed", "current/native=5000.123456"],
          "current/native@4.4 reaches 5000.123456 tok/s only at 1.08869"),  # as typed, not 5000.12
-        (["--solve", "native_engine.overhead_cut", "--observed", "current/native=1e-400"], "got 1e-400; expected"),
+        (["--solve", "native_engine.overhead_cut", "--observed", "current/native=1e-400"],
+         "1e-400 is too small for a float"),
         (["--set", "ranges.native_engine.overhead_cut.relative=0.1"],
          "ranges.native_engine.overhead_cut.low: a range is {low, high} or {relative}, not both"),
         (["--set", "ranges.moe_curve.points[1].ms.relative=0.2"],
@@ -577,6 +578,23 @@ def test_values_that_break_arithmetic(capsys: pytest.CaptureFixture[str], args: 
     start = time.perf_counter()
     assert_clean_error(run_main(capsys, *args), fragment)
     assert time.perf_counter() - start < 1.0
+
+
+def test_a_number_no_float_holds_is_named_as_written(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
+) -> None:
+    """1e-400 read as 0 passed for a cut of 0, and the first line named 1e-400; 1e400 read as Infinity. Both are
+    errors that name the number as written, on the command line and in the file. 5e-324 and -0.0 are floats."""
+    run = run_main(capsys, "--set", "native_engine.overhead_cut=1e-400")
+    assert_clean_error(run, "--set native_engine.overhead_cut=1e-400: 1e-400 is too small for a float and would read "
+                            "as 0; expected a number of sensible size")  # fmt: skip
+    assert_clean_error(run_main(capsys, "--set", "anchors.ar_tok_s=-1.5E+400"), "-1.5E+400 is too large for a float "
+                       "and would read as -Infinity")  # fmt: skip
+    text = (ROOT / "calibration.json").read_text().replace('"overhead_cut": 0.4', '"overhead_cut": 0.0004e-397')
+    path = str(write_calibration(text))
+    assert_clean_error(run_main(capsys, "--calibration", path), f"{path}: 0.0004e-397 is too small for a float")
+    for fine in ("5e-324", "-0.0", "0e400", "0.000"):
+        assert run_main(capsys, "--set", f"native_engine.overhead_cut={fine}", "--format", "json").code == 0
 
 
 def test_a_figure_past_any_sensible_size_names_its_inputs(capsys: pytest.CaptureFixture[str]) -> None:
