@@ -1666,7 +1666,7 @@ def parse_path(text: str) -> PathSegments:
         for index in indices:
             digits = index[:-1]
             if not index.endswith("]") or not (digits.isascii() and digits.isdigit() and len(digits) <= 9):
-                raise CalibrationError(text, f"bad index [{index}; expected [N] with a whole number N")
+                raise CalibrationError(text, f"bad index {shortened('[' + index)}; expected [N] with a whole number N")
             segments.append(int(digits))
     return tuple(segments)
 

@@ -580,6 +580,12 @@ def test_values_that_break_arithmetic(capsys: pytest.CaptureFixture[str], args: 
     assert time.perf_counter() - start < 1.0
 
 
+def test_a_long_index_is_shortened_where_the_message_echoes_it(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--set", f"moe_curve.points[{'9' * 5000}].ms=1")
+    assert_clean_error(run, "bad index [99999", "...9", "99999]; expected [N] with a whole number N")
+    assert len(run.err) < 400
+
+
 def test_a_number_no_float_holds_is_named_as_written(
     capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
 ) -> None:
