@@ -2033,7 +2033,7 @@ def _received(pipe: BinaryIO) -> bytes | None:
 
 
 SWEEP_CHUNK = 8000  # scenarios a worker estimates at a time (1,000 points of 8): a 3 MB piece of JSON
-SWEEP_HELD = 16 * 2**20  # bytes of checked points held for the output, compressed (~135 a point of the default sweep)
+SWEEP_HELD = 32 * 2**20  # bytes of checked points held, compressed: 100,000 points of 319 (the default: ~135)
 
 
 class Sweep(NamedTuple):
