@@ -970,15 +970,23 @@ def printable(text: str) -> str:
 
 def visible(text: str) -> str:
     r"""Text with every character that does not show escaped as printable() escapes: what printable() escapes,
-    and the characters it keeps because they print in a name (a zero-width space, a joiner, a soft hyphen, a
-    space other than " "). Errors and warnings are read to find what is wrong, not copied back.
+    the spaces other than " " and the format characters that stand alone (a zero-width space, a soft hyphen).
+    The joiners and tags that build a letter or an emoji with their neighbours stay. Errors and warnings are
+    read to find what is wrong, not copied back.
 
-    >>> print(visible("overhead_cut\u200b: got B\u00a0300\n"), visible("中文"))
-    overhead_cut\u200b: got B\xa0300\n 中文
+    >>> print(visible("overhead_cut\u200b: got B\u00a0300\n"), visible("中文 👨\u200d👩"))
+    overhead_cut\u200b: got B\xa0300\n 中文 👨‍👩
     """
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    import unicodedata
+
+    def hidden(ch: str) -> bool:
+        if ch in "\u200c\u200d" or "\U000e0020" <= ch <= "\U000e007f":  # joiners, and the tags of a flag
+            return False
+        return unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp", "Zs") and ch != " "
+
+    return "".join(ch.encode("unicode_escape").decode("ascii") if hidden(ch) else ch for ch in text)
 
 
 def shows_something(text: str) -> bool:

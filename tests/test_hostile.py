@@ -146,6 +146,9 @@ def test_errors_and_warnings_show_every_character_that_would_not_show(capsys: py
     assert "X\u200bY\u00adZ" not in run.err and "X\u200bY\u00adZ" in run.out and "中" not in run.err
     run = run_main(capsys, "--set", "hardware.target.name=中文\u200b")
     assert "the estimate is for 中文\\u200b, but" in run.err  # a letter of any script shows as it is
+    name = "👨\u200d👩\u200d👧 فارسی\u200cزبان 🩷 🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"  # noqa: RUF001
+    run = run_main(capsys, "--set", f"hardware.target.name={name}")  # joiners and tags build what they join
+    assert f"the estimate is for {name}, but" in run.err
 
 
 @pytest.mark.parametrize("fmt", [["--format", "table"], ["--format", "markdown"], ["--explain"], ["--format", "csv"]])
