@@ -2107,6 +2107,10 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     swept = tuple(int(v) if whole else float(v) for v in exact)
     if not whole and not all(map(math.isfinite, swept)):  # past a float: 1e400 would be swept as Infinity
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size")
+    if lost := next((v for v, f in zip(exact, swept, strict=True) if v and not f), None):  # 1e-400 as 0
+        shown = shortened(format(lost, "g"))
+        raise CalibrationError("", f"a value of {shown} is too small for a float and would read as 0; expected "
+                                   "numbers of sensible size")  # fmt: skip
     return swept, ()
 
 
