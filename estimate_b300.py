@@ -1016,6 +1016,8 @@ def _describe(value: object) -> str:
             return f"an integer of {len(str(abs(value))):,} digits"
         except ValueError:  # more digits than Python turns into text
             return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
+    if isinstance(value, Unheld):
+        return value.problem.partition(" is ")[0]  # as written
     if isinstance(value, float) and math.isfinite(value):
         text = f"{value:.15g}"  # 40.0 -> '40', 0.1 -> '0.1'
         return text if float(text) == value else repr(value)  # 0.9999999999999999, not 1, below a bound of 1
@@ -1099,6 +1101,8 @@ def _closest(word: str, candidates: Iterable[str]) -> str | None:
 
 def _number(value: object, path: str, domain: Domain = POSITIVE) -> float:
     """A finite JSON number in its domain, as a float (a whole number, when the domain says so)."""
+    if isinstance(value, Unheld):
+        raise CalibrationError(path, value.problem)
     if domain.integer and isinstance(value, float) and value.is_integer():
         value = int(value)  # 16.0 passes as 16; 16.5, true and "16" do not
     if isinstance(value, bool) or not isinstance(value, int if domain.integer else (int, float)):
@@ -1555,9 +1559,7 @@ def read_document(path: str) -> tuple[object, str]:
         return obj
 
     try:
-        doc = json.loads(text, object_pairs_hook=object_of, parse_float=json_float)
-    except CalibrationError:
-        raise
+        doc = json.loads(text, object_pairs_hook=object_of, parse_float=file_float)
     except json.JSONDecodeError as exc:
         raise CalibrationError(
             "", f"line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); expected a JSON object"
@@ -1817,6 +1819,24 @@ def json_float(text: str) -> float:
             "", f"{shortened(text)} is {size} for a float and would read as {read}; expected a number of sensible size"
         )
     return value
+
+
+class Unheld(float):
+    """A number of the calibration file that no float holds, as written: json_float's error, kept for the loader
+    to raise where it reads the number, so that the error names its key path."""
+
+    problem: str
+
+
+def file_float(text: str) -> float:
+    """json_float for the file: a number no float holds becomes an Unheld (its value the 0 or Infinity it reads
+    as)."""
+    try:
+        return json_float(text)
+    except CalibrationError as exc:
+        unheld = Unheld(text)
+        unheld.problem = exc.message
+        return unheld
 
 
 def parse_value(text: str, within: int = 0) -> object:

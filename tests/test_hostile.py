@@ -601,7 +601,8 @@ def test_a_number_no_float_holds_is_named_as_written(
                        "and would read as -Infinity")  # fmt: skip
     text = (ROOT / "calibration.json").read_text().replace('"overhead_cut": 0.4', '"overhead_cut": 0.0004e-397')
     path = str(write_calibration(text))
-    assert_clean_error(run_main(capsys, "--calibration", path), f"{path}: 0.0004e-397 is too small for a float")
+    told = f"{path}: native_engine.overhead_cut: 0.0004e-397 is too small for a float"  # where it is, as written
+    assert_clean_error(run_main(capsys, "--calibration", path), told)
     run = run_main(capsys, "--sweep", "native_engine.overhead_cut=1e-400:0.2:0.1", "--format", "csv")
     assert_clean_error(run, "--sweep native_engine.overhead_cut=1e-400:0.2:0.1: a value of 1e-400 is too small")
     for fine in ("5e-324", "-0.0", "0e400", "0.000"):
