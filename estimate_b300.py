@@ -837,7 +837,10 @@ def roofline(cal: Calibration) -> tuple[RooflinePoint, ...] | None:
     return _roofline(cal.hardware.reference, cal.model, cal.moe_curve) if cal.model else None
 
 
-@functools.lru_cache(maxsize=64)  # keyed without the target: a sweep of its bandwidth finds it here
+CURVES_HELD = 64  # rooflines, and curves' warnings, the caches hold: a grid's inner sweep of this many values
+
+
+@functools.lru_cache(maxsize=CURVES_HELD)  # keyed without the target: a sweep of its bandwidth finds it here
 def _roofline(reference: Gpu, model: ModelGeometry, curve: MoeCurve) -> tuple[RooflinePoint, ...]:
     return tuple(_roofline_point(reference, model, curve.tp, p) for p in curve.points)
 
@@ -2249,11 +2252,12 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
             "", f"the grid has {count:,} points of up to {most} scenarios, {count * most:,} in all; expected at most "
             f"{MAX_SWEEP_POINTS:,} points and {MAX_SWEEP_SCENARIOS:,} scenarios", file="--sweep",
         )  # fmt: skip
-    if (curve := curve_rereads(cal, sweeps)) and count * curve > MAX_SWEEP_CURVE_READS:
+    curve, times = curve_rereads(cal, sweeps)
+    if curve * times > MAX_SWEEP_CURVE_READS:
         raise CalibrationError(
-            "", f"the grid has {count:,} points, at each of which the physical cross-check reads all {curve:,} curve "
-            f"points again, {count * curve:,} in all; expected at most {MAX_SWEEP_CURVE_READS:,}: fewer points, or "
-            "fewer curve points", file="--sweep",
+            "", f"the physical cross-check would read all {curve:,} curve points again {times:,} times, "
+            f"{curve * times:,} in all; expected at most {MAX_SWEEP_CURVE_READS:,}: fewer values, or fewer curve "
+            "points", file="--sweep",
         )  # fmt: skip
     plan = SweepPlan(tuple(sweeps), doc, cal, label, count, max(1, SWEEP_CHUNK // most), table)
     seen: dict[str, tuple[int, str, str]] = {}  # kind -> (points, the first point's values, its message)
@@ -2293,29 +2297,35 @@ def most_scenarios(cal: Calibration, sweeps: Sequence[Sweep]) -> int:
     return len(PIPELINES) * (1 + min(max(lengths), MAX_ITEMS["accept"]))
 
 
-# What the physical cross-check reads of every curve point. A swept value at, inside or around one of these makes
-# it read every point again at every point of the sweep; a value inside the list of points (a point's time or M)
-# makes it read that point alone.
+# What the physical cross-check reads of the curve. A swept value at, inside or around one of these makes it read
+# every curve point again (its roofline and its falls), once for each value it takes; inside the points, only
+# when the experts fit reads them all.
 CROSS_CHECKED = (("hardware", "reference"), ("model",), ("moe_curve", "tp"), ("moe_curve", "points"))
 
 
-def curve_rereads(cal: Calibration, sweeps: Sequence[Sweep]) -> int:
-    """How many curve points the physical cross-check reads again at each point of the sweep: every one (as many
-    as the longest list a swept value gives) when a swept value changes what it reads of them all, else none."""
-    points = CROSS_CHECKED[-1]
-    most = 0
+def curve_rereads(cal: Calibration, sweeps: Sequence[Sweep]) -> tuple[int, int]:
+    """(curve points, times): how many curve points the physical cross-check reads again over the whole sweep,
+    and how many times. A time for each value of the sweeps that reach it; in a grid whose inner sweep alone
+    reaches it, for each of its values at each outer one when the caches cannot hold them all."""
+    points, curve = CROSS_CHECKED[-1], 0
+    reaching: list[Sweep] = []
     for sweep in sweeps:
         path, lengths = sweep.path, [len(cal.moe_curve.points)]
+        if len(path) > len(points) and at_or_inside(path, points) and cal.moe_curve.fit != "experts":
+            continue  # a point's own time or M: the cross-check reads that point alone, the experts fit them all
         if at_or_inside(points, path):  # the swept values replace the list: their own lengths count
             for value in sweep.values:
                 with contextlib.suppress(CalibrationError):  # a value without a list there fails its point's check
                     listed = get_path(value, points[len(path) :])
                     lengths += [len(listed)] if isinstance(listed, list) else []
-        elif not any(at_or_inside(path, c) or at_or_inside(c, path) for c in CROSS_CHECKED[:-1]):
+        elif not any(at_or_inside(path, c) or at_or_inside(c, path) for c in CROSS_CHECKED):
             continue
         if cal.model is not None or at_or_inside(("model",), path):  # without a model, no cross-check
-            most = max(most, *lengths)
-    return most
+            curve, reaching = max(curve, *lengths), [*reaching, sweep]
+    times = math.prod(len(s.values) for s in reaching)
+    if reaching == [sweeps[-1]] and len(sweeps) > 1 and times > CURVES_HELD:
+        times *= len(sweeps[0].values)
+    return curve, times if curve else 0
 
 
 def _check_chunk(
@@ -3168,26 +3178,14 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
 
     One message of each kind: the first case, and how many more there are (a curve may have 1,000 points).
     """
-    ref, tgt, points = cal.hardware.reference, cal.hardware.target, cal.moe_curve.points
-    measured_on, found = cal.anchors.measured_on, []
+    tgt, measured_on, found = cal.hardware.target, cal.anchors.measured_on, []
     if measured_on is not None and measured_on != tgt.name:
         found.append((
             "target", f"hardware.target.name: the estimate is for {tgt.name}, but the anchors were measured on "
             f"{measured_on}: it keeps {measured_on}'s measured throughputs, and so its overhead, and takes from "
             f"{tgt.name} only the MoE time its bandwidth gives",
         ))  # fmt: skip
-    found += [
-        ("curve", f"moe_curve.points: the MoE time falls from {a.ms:g} ms at M = {a.m} to {b.ms:g} ms at "
-         f"M = {b.m}; a larger batch reads at least as many experts: check the times")
-        for a, b in itertools.pairwise(points) if b.ms < a.ms
-    ]  # fmt: skip
-    found += [
-        ("peak", f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB "
-         f"per GPU, which takes at least {p.peak_ms:.3g} ms at {ref.name}'s {ref.mem_bandwidth_tb_s:g} TB/s: "
-         f"{fixed(p.efficiency, '.1%')} of peak bandwidth is impossible; check the time, the `model` geometry or "
-         "hardware.reference.mem_bandwidth_tb_s")
-        for p in roofline(cal) or () if p.efficiency > 1
-    ]  # fmt: skip
+    found += curve_warnings(cal.hardware.reference, cal.model, cal.moe_curve)
     found += [
         ("floor", f"{row.label}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the "
          f"MoE weights alone ({row.moe_floor_ms:.3g} ms at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s); "
@@ -3195,6 +3193,30 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
         for row in rows if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms
     ]  # fmt: skip
     found += [("sglang", message) for m in cal.measurements if (message := sglang_cannot(cal, m))]
+    return counted(found)
+
+
+@functools.lru_cache(maxsize=CURVES_HELD)  # a sweep that leaves the curve as it is finds them here
+def curve_warnings(reference: Gpu, model: ModelGeometry | None, curve: MoeCurve) -> list[tuple[str, str]]:
+    """The curve's own warnings, each kind counted: where its time falls as M grows, and its points that would
+    read faster than the reference GPU's peak bandwidth."""
+    found = [
+        ("curve", f"moe_curve.points: the MoE time falls from {a.ms:g} ms at M = {a.m} to {b.ms:g} ms at "
+         f"M = {b.m}; a larger batch reads at least as many experts: check the times")
+        for a, b in itertools.pairwise(curve.points) if b.ms < a.ms
+    ]  # fmt: skip
+    found += [
+        ("peak", f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB "
+         f"per GPU, which takes at least {p.peak_ms:.3g} ms at {reference.name}'s {reference.mem_bandwidth_tb_s:g} "
+         f"TB/s: {fixed(p.efficiency, '.1%')} of peak bandwidth is impossible; check the time, the `model` geometry "
+         "or hardware.reference.mem_bandwidth_tb_s")
+        for p in (_roofline(reference, model, curve) if model else ()) if p.efficiency > 1
+    ]  # fmt: skip
+    return counted(found)
+
+
+def counted(found: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(kind, message) pairs, one of each kind: the first, and how many more there are of it."""
     cases: dict[str, list[str]] = {}
     for kind, message in dict.fromkeys(found):
         cases.setdefault(kind, []).append(message)

@@ -402,29 +402,36 @@ def test_too_large_a_grid(capsys: pytest.CaptureFixture[str], write_calibration:
 def test_a_sweep_is_bounded_by_the_curve_points_its_cross_check_reads_again(
     capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
 ) -> None:
-    """A swept value that changes what the physical cross-check reads of every curve point (the reference GPU, the
-    model, the TP, the list of points) makes it read them all at every point: at most 300,000 in all, so that a
-    1,000-point curve sweeps 300 values (some 10 s on 2 CPUs), and the shipped 3-point curve 100,000, as before.
-    Sweeps of the target, of a point's own time, or without a `model` section read no curve point again."""
+    """A swept value that changes what the physical cross-check reads of the curve (the reference GPU, the model,
+    the TP, the points; a point's own time under the experts fit) has it read every curve point again, once for
+    each value it takes: at most 300,000 in all, so that a 1,000-point curve sweeps 300 such values, and the
+    shipped 3-point curve 100,000, as before. Another sweep beside it costs nothing more while the caches hold
+    the curves of the first (64), and sweeps of the target, or without a `model` section, read no point again."""
     doc = default_doc()
     doc["moe_curve"]["points"] = [{"m": m, "ms": 0.5 + 0.02 * m} for m in range(1, 1001)]
     path = str(write_calibration(doc))
     run = run_main(capsys, "--calibration", path, "--sweep", "hardware.reference.mem_bandwidth_tb_s=1:1.3:0.001")
-    told = "at each of which the physical cross-check reads all 1,000 curve points again, 301,000 in all"
-    assert_clean_error(run, "--sweep: the grid has 301 points, ", told, "expected at most 300,000")
+    told = "--sweep: the physical cross-check would read all 1,000 curve points again 301 times, 301,000 in all"
+    assert_clean_error(run, told, "expected at most 300,000: fewer values, or fewer curve points")
 
-    def rereads(document: dict[str, Any], *sweeps: str) -> int:
+    def rereads(document: dict[str, Any], *sweeps: str) -> tuple[int, int]:
         return eb.curve_rereads(eb.parse_calibration(document), [eb.parse_sweep(s) for s in sweeps])
 
-    assert rereads(doc, "model.hidden_size=7000,7100") == rereads(doc, "moe_curve.tp=4,8") == 1000
-    assert rereads(doc, "hardware.target.mem_bandwidth_tb_s=7,8", "moe_curve.points[3].ms=1,2") == 0
+    assert rereads(doc, "model.hidden_size=7000,7100") == rereads(doc, "moe_curve.tp=4,8") == (1000, 2)
+    assert rereads(doc, "moe_curve.points[3].ms=1:1.999:0.001") == (0, 0)  # that point alone, on a line
+    experts = {**doc, "moe_curve": {**doc["moe_curve"], "fit": "experts"}}
+    assert rereads(experts, "moe_curve.points[3].ms=1:1.999:0.001") == (1000, 1000)  # the fit reads them all
+    assert rereads(doc, "hardware.target.mem_bandwidth_tb_s=7,8", "native_engine.overhead_cut=0,0.1") == (0, 0)
+    grid = ["hardware.reference.mem_bandwidth_tb_s=1.7,1.8", "native_engine.overhead_cut=0:0.4999:0.0001"]
+    assert rereads(doc, *grid) == rereads(doc, *grid[::-1]) == (1000, 2)  # two values, held in the caches
+    assert rereads(doc, "native_engine.overhead_cut=0,0.1", "moe_curve.tp=1:65:1") == (1000, 130)  # 65 are not
     shipped = default_doc()
-    assert rereads(shipped, "hardware.reference.mem_bandwidth_tb_s=1:1.99999:0.00001") * 100_000 == 300_000
+    assert rereads(shipped, "hardware.reference.mem_bandwidth_tb_s=1:1.99999:0.00001") == (3, 100_000)
     curves = ",".join(json.dumps([{"m": m, "ms": m} for m in range(1, n + 1)]) for n in (2, 5))
-    assert rereads(shipped, f"moe_curve.points={curves}") == 5  # the longest list a swept value gives
+    assert rereads(shipped, f"moe_curve.points={curves}") == (5, 2)  # the longest list a swept value gives
     del shipped["model"]
-    assert rereads(shipped, "hardware.reference.mem_bandwidth_tb_s=1,2") == 0
-    assert rereads(shipped, 'model={"layers": 61}') == 3  # a sweep that gives the model gives the cross-check
+    assert rereads(shipped, "hardware.reference.mem_bandwidth_tb_s=1,2") == (0, 0)
+    assert rereads(shipped, 'model={"layers": 61}') == (3, 1)  # a sweep that gives the model gives the cross-check
 
 
 def test_a_sweep_is_bounded_by_its_scenarios_too(
