@@ -3197,7 +3197,7 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
 
 
 @functools.lru_cache(maxsize=CURVES_HELD)  # a sweep that leaves the curve as it is finds them here
-def curve_warnings(reference: Gpu, model: ModelGeometry | None, curve: MoeCurve) -> list[tuple[str, str]]:
+def curve_warnings(reference: Gpu, model: ModelGeometry | None, curve: MoeCurve) -> tuple[tuple[str, str], ...]:
     """The curve's own warnings, each kind counted: where its time falls as M grows, and its points that would
     read faster than the reference GPU's peak bandwidth."""
     found = [
@@ -3212,7 +3212,7 @@ def curve_warnings(reference: Gpu, model: ModelGeometry | None, curve: MoeCurve)
          "or hardware.reference.mem_bandwidth_tb_s")
         for p in (_roofline(reference, model, curve) if model else ()) if p.efficiency > 1
     ]  # fmt: skip
-    return counted(found)
+    return tuple(counted(found))  # held in the cache, so not to be changed
 
 
 def counted(found: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
