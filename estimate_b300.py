@@ -1020,7 +1020,7 @@ def _describe(value: object) -> str:
         except ValueError:  # more digits than Python turns into text
             return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
     if isinstance(value, Unheld):
-        return value.problem.partition(" is ")[0]  # as written
+        return value.written
     if isinstance(value, float) and math.isfinite(value):
         text = f"{value:.15g}"  # 40.0 -> '40', 0.1 -> '0.1'
         return text if float(text) == value else repr(value)  # 0.9999999999999999, not 1, below a bound of 1
@@ -1828,7 +1828,8 @@ class Unheld(float):
     """A number of the calibration file that no float holds, as written: json_float's error, kept for the loader
     to raise where it reads the number, so that the error names its key path."""
 
-    problem: str
+    written: str  # as the file has it: 1e-400
+    problem: str  # json_float's message
 
 
 def file_float(text: str) -> float:
@@ -1838,7 +1839,7 @@ def file_float(text: str) -> float:
         return json_float(text)
     except CalibrationError as exc:
         unheld = Unheld(text)
-        unheld.problem = exc.message
+        unheld.written, unheld.problem = text, exc.message
         return unheld
 
 
