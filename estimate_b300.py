@@ -341,7 +341,6 @@ def bandwidth_ratio(hardware: Hardware) -> Figure:
     return derive("bandwidth ratio", "target bandwidth / reference bandwidth", "ratio", target, reference)
 
 
-@functools.lru_cache(maxsize=128)
 def bandwidth(gpu: Gpu, role: Literal["target", "reference"]) -> Figure:
     """A GPU's memory bandwidth, as an input; `role` is the GPU's key in `hardware`."""
     return given(f"{role} bandwidth", gpu.mem_bandwidth_tb_s, "TB/s", f"hardware.{role}.mem_bandwidth_tb_s")
@@ -832,16 +831,12 @@ class RooflinePoint(NamedTuple):
     figures: tuple[Figure, ...]  # the read, the peak read and the efficiency; derivation() gives what they rest on
 
 
-def roofline(cal: Calibration) -> tuple[RooflinePoint, ...] | None:
-    """For every curve point: the bytes it must read, and the share of peak bandwidth its time implies."""
-    return _roofline(cal.hardware.reference, cal.model, cal.moe_curve) if cal.model else None
-
-
 CURVES_HELD = 64  # rooflines, and curves' warnings, the caches hold: a grid's inner sweep of this many values
 
 
 @functools.lru_cache(maxsize=CURVES_HELD)  # keyed without the target: a sweep of its bandwidth finds it here
-def _roofline(reference: Gpu, model: ModelGeometry, curve: MoeCurve) -> tuple[RooflinePoint, ...]:
+def roofline(reference: Gpu, model: ModelGeometry, curve: MoeCurve) -> tuple[RooflinePoint, ...]:
+    """For every curve point: the bytes it must read, and the share of peak bandwidth its time implies."""
     return tuple(_roofline_point(reference, model, curve.tp, p) for p in curve.points)
 
 
@@ -871,7 +866,8 @@ def estimate(cal: Calibration) -> Estimate:
     dec = decompose(cal)
     rows = scenarios(cal)
     experts = fit_experts(cal.moe_curve.points, cal.model) if cal.moe_curve.fit == "experts" and cal.model else None
-    return Estimate(cal, dec, rows, break_even(cal, dec, rows), roofline(cal), experts)
+    roof = roofline(cal.hardware.reference, cal.model, cal.moe_curve) if cal.model else None
+    return Estimate(cal, dec, rows, break_even(cal, dec, rows), roof, experts)
 
 
 # --- How a formula runs: its text, compiled once, and the figures a figure rests on ---
@@ -960,15 +956,12 @@ def printable(text: str) -> str:
     >>> printable("B300\x1b[31m\n\ud800"), printable("Smith et al.\u202f2025")
     ('B300\\x1b[31m\\n\\ud800', 'Smith et al.\u202f2025')
     """
-    if text.isprintable():
-        return text
-    import unicodedata
+    return _escaped(text, _steers)
 
-    def steers(ch: str) -> bool:
-        bidi = "\u202a" <= ch <= "\u202e" or "\u2066" <= ch <= "\u2069" or ch in "\u200e\u200f\u061c"
-        return bidi or unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp")
 
-    return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii") if steers(ch) else ch for ch in text)
+def _steers(ch: str, category: str) -> bool:
+    bidi = "\u202a" <= ch <= "\u202e" or "\u2066" <= ch <= "\u2069" or ch in "\u200e\u200f\u061c"
+    return bidi or category in ("Cc", "Cs", "Zl", "Zp")
 
 
 def visible(text: str) -> str:
@@ -980,16 +973,23 @@ def visible(text: str) -> str:
     >>> print(visible("overhead_cut\u200b: got B\u00a0300\n"), visible("中文 👨\u200d👩"))
     overhead_cut\u200b: got B\xa0300\n 中文 👨‍👩
     """
-    if text.isprintable():
+    return _escaped(text, _hidden)
+
+
+def _hidden(ch: str, category: str) -> bool:
+    if ch in "\u200c\u200d" or "\U000e0020" <= ch <= "\U000e007f":  # joiners, and the tags of a flag
+        return False
+    return category in ("Cc", "Cf", "Cs", "Zl", "Zp", "Zs") and ch != " "
+
+
+def _escaped(text: str, escape: Callable[[str, str], bool]) -> str:
+    """Text with each character that escape(character, its Unicode category) picks written as Python escapes it."""
+    if text.isprintable():  # none to escape: the usual case, without importing unicodedata
         return text
     import unicodedata
 
-    def hidden(ch: str) -> bool:
-        if ch in "\u200c\u200d" or "\U000e0020" <= ch <= "\U000e007f":  # joiners, and the tags of a flag
-            return False
-        return unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp", "Zs") and ch != " "
-
-    return "".join(ch.encode("unicode_escape").decode("ascii") if hidden(ch) else ch for ch in text)
+    return "".join(ch.encode("unicode_escape").decode("ascii") if escape(ch, unicodedata.category(ch)) else ch
+                   for ch in text)  # fmt: skip
 
 
 def shows_something(text: str) -> bool:
@@ -3211,7 +3211,7 @@ def curve_warnings(reference: Gpu, model: ModelGeometry | None, curve: MoeCurve)
          f"per GPU, which takes at least {p.peak_ms:.3g} ms at {reference.name}'s {reference.mem_bandwidth_tb_s:g} "
          f"TB/s: {fixed(p.efficiency, '.1%')} of peak bandwidth is impossible; check the time, the `model` geometry "
          "or hardware.reference.mem_bandwidth_tb_s")
-        for p in (_roofline(reference, model, curve) if model else ()) if p.efficiency > 1
+        for p in (roofline(reference, model, curve) if model else ()) if p.efficiency > 1
     ]  # fmt: skip
     return tuple(counted(found))  # held in the cache, so not to be changed
 
@@ -3619,18 +3619,17 @@ def headline_lines(report: Report) -> list[str]:
         f"The native engine with today's drafter: {fixed(h.native.tok_s, '.0f')} tok/s, "
         f"{fixed(h.native.vs_today, '.2f')}x today.",
     ]
-    rows = [r for pipeline_rows in h.stronger.values() for r in pipeline_rows]
-    if rows:
-        on = "; ".join(
-            f"{_spread([r.tok_s for r in group], '.0f')} tok/s on {'the ' if p == 'native' else ''}{PIPELINE_LABELS[p]}"
-            for p, group in h.stronger.items()
-        )
-        cannot = [PIPELINE_LABELS[p] for p in PIPELINES if p not in h.stronger]
-        but = f" ({' and '.join(cannot)} cannot run its budget of {rows[0].budget})" if cannot else ""
-        lines.append(
-            f"The stronger drafter at accept {_spread([r.accept for r in rows], 'g')}: {on}, "
-            f"{_spread([r.vs_today for r in rows], '.2f')}x today{but}."
-        )
+    rows = [r for pipeline_rows in h.stronger.values() for r in pipeline_rows]  # native always runs it
+    on = "; ".join(
+        f"{_spread([r.tok_s for r in group], '.0f')} tok/s on {'the ' if p == 'native' else ''}{PIPELINE_LABELS[p]}"
+        for p, group in h.stronger.items()
+    )
+    cannot = [PIPELINE_LABELS[p] for p in PIPELINES if p not in h.stronger]
+    but = f" ({' and '.join(cannot)} cannot run its budget of {rows[0].budget})" if cannot else ""
+    lines.append(
+        f"The stronger drafter at accept {_spread([r.accept for r in rows], 'g')}: {on}, "
+        f"{_spread([r.vs_today for r in rows], '.2f')}x today{but}."
+    )
     if h.band:
         b = h.band
         off = [f"{r.path} = {r.value:g} is outside {r.low:g} to {r.high:g}" for r in b.rows if r.outside]
