@@ -3678,8 +3678,9 @@ def calibration_section(report: Report, style: Style) -> Section:
         Column("basis", lambda f: basis.get(f.name, "derived")),
     ]
     title = (
-        f"Calibration, in ms: MoE scales by the bandwidth ratio {tgt.name} / {ref.name} = "
-        f"{tgt.mem_bandwidth_tb_s:g} / {ref.mem_bandwidth_tb_s:g} TB/s = {figure_text(dec.bandwidth_ratio)}"
+        f"Calibration, in ms, with each part's share of the DDTree step: MoE scales by the bandwidth ratio "
+        f"{tgt.name} / {ref.name} = {tgt.mem_bandwidth_tb_s:g} / {ref.mem_bandwidth_tb_s:g} TB/s = "
+        f"{figure_text(dec.bandwidth_ratio)}"
     )
     body = table(figures, columns, style)
     if est.experts_fit:
@@ -3763,7 +3764,7 @@ def break_even_section(report: Report, style: Style) -> Section:
     columns = [
         Column("pipeline", lambda b: PIPELINE_LABELS[b.pipeline] + cannot.get(b.pipeline, "")),
         Column("versus", lambda b: versus[b.versus]),
-        Column("tok/s to match", lambda b: b.tok_s_to_match, ".1f"),
+        Column("tok/s to match", lambda b: b.tok_s_to_match, ".0f"),
         Column("accept needed", lambda b: b.accept, ".2f"),
         *([Column("note", lambda b: b.reason)] if any(b.reason for b in rows) else []),
     ]

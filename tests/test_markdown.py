@@ -105,7 +105,7 @@ def test_a_caption_does_not_repeat_its_heading(capsys: pytest.CaptureFixture[str
     assert "### Solved\n\nnative\\_engine.overhead\\_cut = 0.400489 (was 0.4)" in solved  # a key path as it is
     out = document(capsys, "--all")
     assert "### Current drafter\n\nBlock 8, budget 8, verify batch M = 9; times in ms\n" in out
-    assert "### Calibration\n\nIn ms: MoE scales by the bandwidth ratio" in out
+    assert "### Calibration\n\nIn ms, with each part's share of the DDTree step: MoE scales by" in out
     assert "### The MoE floor\n\nThe weight read at 100% of B300's 8 TB/s" in out
     assert "### Chain alpha\n\nWhat each accept length demands" in out  # a title that does not repeat it, whole
 
