@@ -302,9 +302,15 @@ def large(exe: Path, rounds: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    rounds = int(next((a for a in argv if a.isdigit()), "40"))
-    only = argv[argv.index("--only") + 1] if "--only" in argv else None
-    against = Path(argv[argv.index("--against") + 1]).resolve() if "--against" in argv else None
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The benchmarks the README quotes (see this file's docstring).")
+    parser.add_argument("rounds", nargs="?", type=int, default=40, help="start-up rounds (default 40)")
+    parser.add_argument("--only", choices=("startup", "sweeps", "fit", "large"), help="one benchmark alone")
+    parser.add_argument("--against", type=Path, help="another checkout, whose sweeps run beside these")
+    args = parser.parse_args(argv)
+    rounds, only = args.rounds, args.only
+    against = args.against.resolve() if args.against else None
     exe = Path(sysconfig.get_path("scripts")) / "estimate-b300"
     if only in (None, "startup", "sweeps", "large") and not exe.exists():
         print(f"{exe} not found: run `pip install .` into this environment first", file=sys.stderr)
