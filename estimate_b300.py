@@ -595,7 +595,8 @@ def chain_alpha(accept: float, depth: int) -> Figure:
     >>> round(chain_alpha(4.4, 8).value, 3)
     0.805
     """
-    low, high = (1.0, 1.0) if accept >= depth + 1 else (0.0, 1.0)  # the length rises with a from 1 to depth + 1
+    # the length rises with a from 1 (at a = 0: the token the tree grows from) to depth + 1 (at a = 1)
+    low, high = (1.0, 1.0) if accept >= depth + 1 else (0.0, 0.0) if accept <= 1 else (0.0, 1.0)
     for _ in range(200):
         a = (low + high) / 2
         if a in (low, high):
@@ -1860,9 +1861,9 @@ def parse_value(text: str, within: int = 0) -> object:
         ) from None
     except RecursionError:
         raise too_deep from None
-    level, depth = [value], 0
-    while level and depth <= MAX_NESTING + within:  # the depth of nested lists and objects, without recursion
-        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())]
+    level, depth = [value], 0  # the lists and objects around the deepest value, counted without recursion
+    while (level := [v for v in level if isinstance(v, dict | list)]) and depth <= MAX_NESTING + within:
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
         depth += 1
     if depth > MAX_NESTING + within:
         raise too_deep
@@ -2307,22 +2308,24 @@ CROSS_CHECKED = (("hardware", "reference"), ("model",), ("moe_curve", "tp"), ("m
 def curve_rereads(cal: Calibration, sweeps: Sequence[Sweep]) -> tuple[int, int]:
     """(curve points, times): how many curve points the physical cross-check reads again over the whole sweep,
     and how many times. A time for each value of the sweeps that reach it; in a grid whose inner sweep alone
-    reaches it, for each of its values at each outer one when the caches cannot hold them all."""
-    points, curve = CROSS_CHECKED[-1], 0
-    reaching: list[Sweep] = []
-    for sweep in sweeps:
-        path, lengths = sweep.path, [len(cal.moe_curve.points)]
-        if len(path) > len(points) and at_or_inside(path, points) and cal.moe_curve.fit != "experts":
-            continue  # a point's own time or M: the cross-check reads that point alone, the experts fit them all
-        if at_or_inside(points, path):  # the swept values replace the list: their own lengths count
-            for value in sweep.values:
-                with contextlib.suppress(CalibrationError):  # a value without a list there fails its point's check
-                    listed = get_path(value, points[len(path) :])
-                    lengths += [len(listed)] if isinstance(listed, list) else []
-        elif not any(at_or_inside(path, c) or at_or_inside(c, path) for c in CROSS_CHECKED):
-            continue
-        if cal.model is not None or at_or_inside(("model",), path):  # without a model, no cross-check
-            curve, reaching = max(curve, *lengths), [*reaching, sweep]
+    reaches it, for each of its values at each outer one when the caches cannot hold them all. The curve is the
+    calibration's, or the longest list a sweep puts in its place."""
+    points = CROSS_CHECKED[-1]
+    replacing = [s for s in sweeps if at_or_inside(points, s.path)]  # the swept values replace the list
+    lengths = [len(cal.moe_curve.points)] if not replacing else []
+    for sweep in replacing:
+        for value in sweep.values:
+            with contextlib.suppress(CalibrationError):  # a value without a list there fails its point's check
+                listed = get_path(value, points[len(sweep.path) :])
+                lengths += [len(listed)] if isinstance(listed, list) else []
+    reaching = [
+        sweep for sweep in sweeps
+        if any(at_or_inside(sweep.path, c) or at_or_inside(c, sweep.path) for c in CROSS_CHECKED)
+        # a point's own time or M: the cross-check reads that point alone, unless the experts fit reads them all
+        and not (len(sweep.path) > len(points) and at_or_inside(sweep.path, points) and cal.moe_curve.fit != "experts")
+        and (cal.model is not None or at_or_inside(("model",), sweep.path))  # without a model, no cross-check
+    ]  # fmt: skip
+    curve = max(lengths, default=0) if reaching else 0
     times = math.prod(len(s.values) for s in reaching)
     if reaching == [sweeps[-1]] and len(sweeps) > 1 and times > CURVES_HELD:
         times *= len(sweeps[0].values)

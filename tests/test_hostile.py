@@ -542,6 +542,9 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--sweep", "native_engine.overhead_cut=0.1,,0.2"], "item 2 of 3 is empty"),
         (["--sweep", "native_engine.overhead_cut=1e400:1e400:1"], "START:STOP:STEP with numbers of sensible size"),
         (["--set", "x=" + "[" * 1000 + "]" * 1000], "a value nested more than 32 deep"),
+        # 32 lists around a number are 32 deep, not 33: the value is checked, and found not to be an object
+        (["--set", "native_engine=" + "[" * 32 + "1" + "]" * 32], "native_engine: got a list; expected an object"),
+        (["--set", "native_engine=" + "[" * 33 + "1" + "]" * 33], "a value nested more than 32 deep"),
         # a value 32 deep goes in a sweep's list as in --set; its list is not a level of the value
         (["--sweep", "stronger_drafter.accept=1," + "[" * 32 + "]" * 32], "accept=1: stronger_drafter.accept: got a"),
         (["--sweep", "stronger_drafter.accept=1," + "[" * 33 + "]" * 33], "a value nested more than 32 deep"),

@@ -429,6 +429,11 @@ def test_a_sweep_is_bounded_by_the_curve_points_its_cross_check_reads_again(
     assert rereads(shipped, "hardware.reference.mem_bandwidth_tb_s=1:1.99999:0.00001") == (3, 100_000)
     curves = ",".join(json.dumps([{"m": m, "ms": m} for m in range(1, n + 1)]) for n in (2, 5))
     assert rereads(shipped, f"moe_curve.points={curves}") == (5, 2)  # the longest list a swept value gives
+    two = ",".join(json.dumps([{"m": 1, "ms": 1.15}, {"m": 9, "ms": ms}]) for ms in (8.85, 8.9))
+    assert rereads(doc, f"moe_curve.points={two}", "model.layers=2:301:1") == (2, 600)  # not the file's 1,000
+    grid = ["--sweep", f"moe_curve.points={two}", "--sweep", "model.layers=2:301:1"]
+    run = run_main(capsys, "--calibration", path, *grid, "--format", "json")
+    assert run.code == 0 and len(run.json()["sweep"]) == 600
     del shipped["model"]
     assert rereads(shipped, "hardware.reference.mem_bandwidth_tb_s=1,2") == (0, 0)
     assert rereads(shipped, 'model={"layers": 61}') == (3, 1)  # a sweep that gives the model gives the cross-check
