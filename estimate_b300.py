@@ -3536,13 +3536,22 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
         return value if value is None or not as_text else str(value)
 
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
-    shown_fixed = [  # columns with a number their places would show wrongly (see fixed): their cells as text
-        i for i, c in enumerate(columns) if c.fmt[-1:] in ("f", "%")
-        and any(isinstance(v := r[i], float) and not plain(v, c.fmt) and fixed(v, c.fmt) != format(v, c.fmt)
-                for r in cells)
-    ]  # fmt: skip
+
+    def as_text(i: int, fmt: str) -> bool:
+        """Whether a column's numbers go as text, formatted here: every one in "pretty", where tabulate parses no
+        numbers and so formats none; elsewhere, a column with a number its places would show wrongly (see fixed)."""
+        if fmt in ("", "s"):  # text already
+            return False
+        if tablefmt == "pretty":
+            return True
+        return fmt[-1:] in ("f", "%") and any(
+            isinstance(v := r[i], float) and not plain(v, fmt) and fixed(v, fmt) != format(v, fmt) for r in cells
+        )
+
+    shown_fixed = [i for i, c in enumerate(columns) if as_text(i, c.fmt)]
     for r, i in itertools.product(cells, shown_fixed):
-        r[i] = fixed(v, columns[i].fmt) if isinstance(v := r[i], float) else v
+        fmt, v = columns[i].fmt, r[i]
+        r[i] = fixed(v, fmt) if isinstance(v, float) else format(v, fmt) if isinstance(v, int) else v
     headers = [str(shown(c.header, True)) for c in columns]
     every: list[Sequence[object]] = [*cells, headers]
     width = {i: max(len(str(r[i] or "")) for r in every) for i in text}  # of each text column, as it stands

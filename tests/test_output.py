@@ -94,6 +94,15 @@ def test_formats_that_cannot_break_a_cell_are_not_wrapped(capsys: pytest.Capture
     assert ["AR step", "1000 / ar_tok_s", "7.52", "", "measured on B300"] in rows and "\\t" not in tsv
 
 
+def test_pretty_rounds_its_numbers_as_every_format_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """tabulate parses no numbers in "pretty", and so would print 14.521452145214521 for 14.52."""
+    pretty = run_main(capsys, "--tablefmt", "pretty", "--no-chart", "--all").out
+    assert "| DDTree step | 1000 * accept / tok_s      | 14.52 | 100.0% |" in pretty
+    assert re.search(r"\| native +\| +4\.4 \| 1\.99 \| +4\.36 \| 3\.16 \|  9\.51 \|   463 \|", pretty)
+    assert re.search(r"\| stronger \| +16 \| +12 \| +0\.954 \|", pretty)  # .3f, a block as an integer
+    assert not re.search(r"\d\.\d{5}", pretty)
+
+
 @pytest.mark.parametrize("tablefmt", ["orgtbl", "jira", "rst", "github", "html"])
 def test_formats_where_a_line_is_a_row_keep_each_row_on_one(capsys: pytest.CaptureFixture[str], tablefmt: str) -> None:
     """A break-even out of reach says why at length; wrapped, it would make rows of its own in these formats."""
