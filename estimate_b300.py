@@ -426,9 +426,10 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
     moe_1, moe_m = moe_ar.time, moe_dd.time
 
     ar_step = derive("AR step", "1000 / ar_tok_s", "ms", ar_measured)
-    attn_base = derive("ATTN_BASE", "AR step - MoE(1)", "ms", ar_step, moe_1)
+    attn_base = rounded_to_0(derive("ATTN_BASE", "AR step - MoE(1)", "ms", ar_step, moe_1), ar_step)
     ddtree_step = derive("DDTree step", "1000 * accept / tok_s", "ms", accept, tok_s)
     spec = derive("SPEC", f"DDTree step - {moe_m.name} - ATTN_BASE", "ms", ddtree_step, moe_m, attn_base)
+    spec = rounded_to_0(spec, ddtree_step)
     overhead = derive("overhead", "ATTN_BASE + SPEC", "ms", attn_base, spec)
 
     if not attn_base.value > 0:
@@ -438,8 +439,6 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
             f"leaving ATTN_BASE = {attn_base.value:.4g} ms; expected ATTN_BASE > 0, i.e. ar_tok_s below "
             f"{rounded_down(1000.0 / moe_1.value)} (or a smaller curve(1), or a faster target)"
         )  # fmt: skip
-    if -ROUNDING * ddtree_step.value <= spec.value < 0:  # anchors exactly at the boundary, less float rounding
-        spec = spec._replace(value=0.0)
     if spec.value < 0:
         verify = moe_m.value + attn_base.value
         raise CalibrationError(
@@ -455,6 +454,12 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
     }
     today = tok_s._replace(name="today")
     return Decomposition(ratio, today, ar_step, moe_ar, attn_base, ddtree_step, moe_dd, spec, overhead, shares)
+
+
+def rounded_to_0(difference: Figure, whole: Figure) -> Figure:
+    """A difference within float rounding of 0, next to the whole it was taken from, is 0: anchors exactly at a
+    boundary give ATTN_BASE or SPEC = 0, not 5.6e-17 or -3.6e-15 ms."""
+    return difference._replace(value=0.0) if abs(difference.value) <= ROUNDING * whole.value else difference
 
 
 class Drafter(NamedTuple):

@@ -134,6 +134,25 @@ def test_curve_extrapolates_below_the_first_point() -> None:
     assert eb.moe_time(cal, 1).extrapolated
 
 
+@pytest.mark.parametrize("tok_s", [475.6089879695794, 475.60898796957947, 475.6089879695795])
+def test_anchors_at_the_boundary_leave_spec_of_exactly_0(tok_s: float) -> None:
+    """DDTree at 475.609 tok/s leaves no time for SPEC: within float rounding of the boundary, on either side,
+    SPEC is 0, not 3.6e-15 ms."""
+    doc = default_doc()
+    doc["anchors"]["ddtree"]["tok_s"] = tok_s
+    dec = eb.decompose(eb.parse_calibration(doc))
+    assert dec.spec.value == 0.0 and dec.overhead.value == dec.attn_base.value
+
+
+@pytest.mark.parametrize("ar_tok_s", [3864.734299516908, 3864.7342995169083])
+def test_anchors_at_the_boundary_leave_no_attn_base(ar_tok_s: float) -> None:
+    """An AR step that MoE(1) alone fills, within float rounding, leaves ATTN_BASE = 0: an error, not 5.6e-17 ms."""
+    doc = default_doc()
+    doc["anchors"]["ar_tok_s"] = ar_tok_s
+    with pytest.raises(eb.CalibrationError, match="leaving ATTN_BASE = 0 ms; expected ATTN_BASE > 0"):
+        eb.decompose(eb.parse_calibration(doc))
+
+
 # --- Properties --------------------------------------------------------------------------
 
 unit = st.floats(0.0, 1.0, exclude_max=True)
