@@ -675,6 +675,23 @@ def test_a_solved_value_just_below_an_open_end_prints_below_it(capsys: pytest.Ca
     assert "(was 0.9999999)" in flat(was.out)  # the value before, too: not 1, outside what it may take
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--solve", "native_engine.overhead_cut", "--observed", "current/native=303"],  # closed form
+        ["--solve", "native_engine.overhead_cut", "--observed", "stronger/native@14=670.3590319433539"],
+        ["--fit", "native_engine.overhead_cut", "--measured", "current/native=303", "--measured", "current/native=303"],
+    ],
+)
+def test_a_value_found_at_a_closed_end_is_that_end(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    """The native engine gives back SGLang's measured 303 tok/s at a cut of 0 exactly: the solve's arithmetic on
+    0.4 leaves 1.4e-17, the least squares 6.7e-17, both float rounding of the end the domain includes."""
+    run = run_main(capsys, *args, "--format", "json")
+    found = run.json()["solve"]["value"] if args[0] == "--solve" else run.json()["fit"]["values"][0]
+    assert found == 0.0
+    assert "0 lies on the edge of the values it may take (a number >= 0 and < 1)" in run.err
+
+
 def test_leave_one_out_equals_explicit_refits() -> None:
     entries = logged(0.31, 7.4, NOISE)
     result = fit_of(with_log(entries))
