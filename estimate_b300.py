@@ -1588,9 +1588,16 @@ def read_document(path: str) -> tuple[object, str]:
 
 
 def _read_bounded(fd: int) -> bytes:
-    """Up to MAX_FILE_BYTES + 1 bytes, to the end of the file or MAX_READ_SECONDS, whichever comes first."""
+    """Up to MAX_FILE_BYTES + 1 bytes, to the end of the file or MAX_READ_SECONDS, whichever comes first.
+
+    A named pipe that no writer has opened yet reads as ended; it is waited on, as a pipe with nothing to read
+    yet is, until a writer opens it (and writes, or closes it: then it has ended).
+    """
+    import stat
+
     chunks: list[bytes] = []
     size, deadline, waiting = 0, time.monotonic() + MAX_READ_SECONDS, None
+    unopened = stat.S_ISFIFO(os.fstat(fd).st_mode)  # a named pipe that no writer may have opened yet
     late = CalibrationError(
         "", f"did not end within {MAX_READ_SECONDS} s; expected a file, or a pipe whose writer finishes"
     )
@@ -1598,8 +1605,10 @@ def _read_bounded(fd: int) -> bytes:
         if time.monotonic() > deadline:  # a writer that trickles
             raise late
         try:
-            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            chunk: bytes | None = os.read(fd, MAX_FILE_BYTES + 1 - size)
         except BlockingIOError:  # a pipe or terminal with nothing to read yet
+            chunk = None
+        if chunk is None or (not chunk and unopened and not size):
             if waiting is None:
                 import select
 
@@ -1607,6 +1616,7 @@ def _read_bounded(fd: int) -> bytes:
                 waiting.register(fd, select.POLLIN)
             if not waiting.poll(max(deadline - time.monotonic(), 0) * 1000):
                 raise late from None
+            unopened = False  # a writer has come: data, or its end
             continue
         if not chunk:
             break

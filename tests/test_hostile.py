@@ -366,10 +366,29 @@ def test_a_missing_key_among_a_file_of_near_misses(capsys: pytest.CaptureFixture
     assert time.perf_counter() - start < 2
 
 
-def test_a_pipe_with_no_writer_reads_as_empty(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_a_named_pipe_waits_for_its_writer(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that opens the pipe late is read, one that opens it and closes it leaves it empty, and one that
+    never comes is waited for no longer than a writer that never finishes."""
     fifo = tmp_path / "cal.fifo"
     os.mkfifo(fifo)
-    assert_clean_error(run_main(capsys, "--calibration", str(fifo)), "is empty")
+    late = subprocess.Popen(["sh", "-c", f"sleep 0.5; cat {DEFAULT_CALIBRATION} > {fifo}"])
+    try:
+        run = run_main(capsys, "--calibration", str(fifo), "--format", "json")
+    finally:
+        late.wait(5)
+    assert run.code == 0
+    assert run.json()["provenance"]["calibration_sha256"] == eb.read_document(str(DEFAULT_CALIBRATION))[1]
+    closes = subprocess.Popen(["sh", "-c", f"sleep 0.3; : > {fifo}"])
+    try:
+        assert_clean_error(run_main(capsys, "--calibration", str(fifo)), "cal.fifo: is empty; expected a JSON object")
+    finally:
+        closes.wait(5)
+    monkeypatch.setattr(eb, "MAX_READ_SECONDS", 0.3)
+    start = time.perf_counter()
+    assert_clean_error(run_main(capsys, "--calibration", str(fifo)), "cal.fifo: did not end within 0.3 s")
+    assert 0.3 <= time.perf_counter() - start < 2
 
 
 def test_a_pipe_whose_writer_never_finishes(
