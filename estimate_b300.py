@@ -962,40 +962,52 @@ def printable(text: str) -> str:
     >>> printable("B300\x1b[31m\n\ud800"), printable("Smith et al.\u202f2025")
     ('B300\\x1b[31m\\n\\ud800', 'Smith et al.\u202f2025')
     """
-    return _escaped(text, _steers)
+    if text.isprintable():
+        return text
+    import unicodedata
+
+    def steers(ch: str) -> bool:
+        bidi = "\u202a" <= ch <= "\u202e" or "\u2066" <= ch <= "\u2069" or ch in "\u200e\u200f\u061c"
+        return bidi or unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp")
+
+    return "".join(_escaped(ch) if steers(ch) else ch for ch in text)
 
 
-def _steers(ch: str, category: str) -> bool:
-    bidi = "\u202a" <= ch <= "\u202e" or "\u2066" <= ch <= "\u2069" or ch in "\u200e\u200f\u061c"
-    return bidi or category in ("Cc", "Cs", "Zl", "Zp")
+BLANK = "\u115f\u1160\u3164\uffa0\u2800"  # letters and symbols that show nothing: the Hangul fillers, empty braille
 
 
 def visible(text: str) -> str:
     r"""Text with every character that does not show escaped as printable() escapes: what printable() escapes,
-    the spaces other than " " and the format characters that stand alone (a zero-width space, a soft hyphen).
-    The joiners and tags that build a letter or an emoji with their neighbours stay. Errors and warnings are
-    read to find what is wrong, not copied back.
+    the spaces other than " ", the format characters, private code points, blank fillers, a mark or joiner on
+    nothing, and the variation selectors and tags that build an emoji anywhere but after a symbol. A mark on a
+    letter, joined letters and an emoji built of several stay. Errors and warnings are read to find what is
+    wrong, not copied back.
 
     >>> print(visible("overhead_cut\u200b: got B\u00a0300\n"), visible("中文 👨\u200d👩"))
     overhead_cut\u200b: got B\xa0300\n 中文 👨‍👩
+    >>> visible("\u3164 \u0301 e\u0301 =\u034f") == "\\u3164 \\u0301 e\u0301 =\\u034f"  # a mark on e stays
+    True
     """
-    return _escaped(text, _hidden)
-
-
-def _hidden(ch: str, category: str) -> bool:
-    if ch in "\u200c\u200d" or "\U000e0020" <= ch <= "\U000e007f":  # joiners, and the tags of a flag
-        return False
-    return category in ("Cc", "Cf", "Cs", "Zl", "Zp", "Zs") and ch != " "
-
-
-def _escaped(text: str, escape: Callable[[str, str], bool]) -> str:
-    """Text with each character that escape(character, its Unicode category) picks written as Python escapes it."""
-    if text.isprintable():  # none to escape: the usual case, without importing unicodedata
+    if text.isascii() and text.isprintable():
         return text
     import unicodedata
 
-    return "".join(ch.encode("unicode_escape").decode("ascii") if escape(ch, unicodedata.category(ch)) else ch
-                   for ch in text)  # fmt: skip
+    out, base = [], ""  # the category of the last character kept that shows, which a mark after it builds on
+    for ch in text:
+        category = unicodedata.category(ch)
+        if ch == "\u034f" or "\ufe00" <= ch <= "\ufe0f" or "\U000e0020" <= ch <= "\U000e01ef":
+            hidden = base != "So"  # a grapheme joiner, variation selectors and tags: in an emoji, after a symbol
+        elif category[0] == "M" or ch in "\u200c\u200d":  # marks, and the joiners of letters or of an emoji
+            hidden = not base
+        else:  # not Cn: an emoji newer than Python's Unicode tables is unassigned in them
+            hidden = ch in BLANK or (category in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp", "Zs") and ch != " ")
+            base = category if not hidden and category[0] in "LNPS" else ""
+        out.append(_escaped(ch) if hidden else ch)
+    return "".join(out)
+
+
+def _escaped(ch: str) -> str:
+    return ch.encode("unicode_escape").decode("ascii")
 
 
 def shows_something(text: str) -> bool:
@@ -1009,8 +1021,7 @@ def shows_something(text: str) -> bool:
         return any("!" <= ch <= "~" for ch in text)
     import unicodedata
 
-    blank = "\u115f\u1160\u3164\uffa0\u2800"  # the Hangul fillers and the empty braille pattern
-    return any(unicodedata.category(ch)[0] in "LNPS" and ch not in blank for ch in text)
+    return any(unicodedata.category(ch)[0] in "LNPS" and ch not in BLANK for ch in text)
 
 
 def documents(key: str) -> bool:

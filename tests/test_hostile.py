@@ -149,6 +149,14 @@ def test_errors_and_warnings_show_every_character_that_would_not_show(capsys: py
     name = "👨\u200d👩\u200d👧 فارسی\u200cزبان 🩷 🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"  # noqa: RUF001
     run = run_main(capsys, "--set", f"hardware.target.name={name}")  # joiners and tags build what they join
     assert f"the estimate is for {name}, but" in run.err
+    # what the loader calls blank is escaped where it is named: a filler, a mark on nothing, tags and a private
+    # code point alone; a tag or a grapheme joiner on a letter builds nothing, and a mark on a letter stays
+    for blank, shown in [("\u3164", "\\u3164"), ("\u034f", "\\u034f"), ("\uf8ff", "\\uf8ff"),
+                         ("\U000e0041\U000e0042", "\\U000e0041\\U000e0042")]:  # fmt: skip
+        run = run_main(capsys, "--set", f"hardware.target.name={blank}")
+        assert_clean_error(run, f"--set hardware.target.name={shown}: hardware.target.name: is ")
+    run = run_main(capsys, "--set", "hardware.target.name=X\U000e0041Y =\u034f K\u00e9 Ke\u0301 \u2764\ufe0f")
+    assert "the estimate is for X\\U000e0041Y =\\u034f K\u00e9 Ke\u0301 \u2764\ufe0f, but" in run.err
 
 
 @pytest.mark.parametrize("fmt", [["--format", "table"], ["--format", "markdown"], ["--explain"], ["--format", "csv"]])
