@@ -1109,7 +1109,15 @@ def not_an_assumption(key: str, domains: dict[str, Domain], varied_by: str) -> s
     if key.startswith("ranges.") or (key in domains and key.startswith(NOT_ASSUMED)):  # ranges' are read last
         section = "measurements" if key.startswith("measurements") else "ranges"
         return f"is in `{section}`, not an assumption of the model; expected e.g. native_engine.overhead_cut"
-    return None if key in domains else _not_a_number(key, assumptions(domains))
+    if key in domains:
+        return None
+    inside = [name for name in assumptions(domains) if name.startswith((f"{key}[", f"{key}."))]  # a list, an object
+    if inside:
+        if len(inside) == 1:
+            return f"holds one number; expected its key path, {inside[0]}"
+        shown = ", ".join(inside[:3]) + (", ..." if len(inside) > 3 else "")
+        return f"holds {len(inside)} numbers ({shown}); expected the key path of one of them"
+    return _not_a_number(key, assumptions(domains))
 
 
 def _closest(word: str, candidates: Iterable[str]) -> str | None:
@@ -3175,6 +3183,15 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
     Default data: current/native = 463 tok/s needs overhead_cut = 0.4005.
     """
     m = observation(cal, spec, observed, "--observed")
+    path, _ = fittable(cal, path_text, "--solve")
+    if spec.drafter == "stronger" and at_or_inside(path, ("stronger_drafter", "accept")):
+        step_ms, tok_s = scenario_for(cal, spec, "--observed").step_ms, _describe(observed)
+        raise CalibrationError(
+            format_path(path), f"{m.label} is observed at the accept length it names, whatever the list holds, and "
+            f"its step does not depend on it: the accept length at which it gives {tok_s} tok/s is tok/s * step / "
+            f"1000 = {tok_s} * {step_ms:.6g} / 1000 = {observed * step_ms / 1000:.6g}; expected an assumption the "
+            "step rests on", file="--solve",
+        )  # fmt: skip
     result = fit(doc, cal, [path_text], [m], "--solve")
     (v,) = result.values
     solution = Solution(v, observed, m.label, result.method, result.other_roots)

@@ -588,6 +588,16 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
          "--measured stronger/native@1e-400=500: 1e-400 is too small for a float and would read as 0; expected"),
         (["--solve", "a..b", "--observed", "current/native=463"], "--solve a..b: a..b: expected a key path"),
         (["--solve", "stronger_drafter.spec_scale", "--observed", "current/native=463"], "does not depend on it"),
+        # an observation is at its own accept length: the one that gives 900 tok/s is 900 * 14.7311 / 1000
+        (["--solve", "stronger_drafter.accept[1]", "--observed", "stronger/native@14=900"],
+         "--solve: stronger_drafter.accept[1]: stronger/native@14 is observed at the accept length it names, "
+         "whatever the list holds, and its step does not depend on it: the accept length at which it gives 900 tok/s "
+         "is tok/s * step / 1000 = 900 * 14.7311 / 1000 = 13.258; expected an assumption the step rests on"),
+        (["--solve", "stronger_drafter.accept", "--observed", "stronger/native@14=900"],
+         "stronger_drafter.accept: holds 3 numbers (stronger_drafter.accept[0], stronger_drafter.accept[1], "
+         "stronger_drafter.accept[2]); expected the key path of one of them"),
+        (["--fit", "hardware.target", "--measured", "current/native=400"],
+         "hardware.target: holds one number; expected its key path, hardware.target.mem_bandwidth_tb_s"),
         (["--sweep", f"native_engine.overhead_cut=0:1{'0' * 4300}:1{'0' * 4300}"],
          "native_engine.overhead_cut: got an integer of more than 4,300 digits; expected a finite number"),
         # named as typed: the whole text, and an accept length not rounded onto the limit it passes
