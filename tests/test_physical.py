@@ -273,7 +273,7 @@ def test_chain_alpha_costs_the_same_at_any_depth(depth: int) -> None:
     import time
 
     start = time.perf_counter()
-    alpha = eb.chain_alpha(depth / 2 + 0.123, depth).value  # a new value: not from the cache
+    alpha = eb.chain_alpha(1 + depth / 2 + 0.123, depth).value  # a new value (not from the cache), from 1 to depth + 1
     assert time.perf_counter() - start < 0.05
     assert 0 < alpha < 1
 
