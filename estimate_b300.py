@@ -54,6 +54,7 @@ PIPELINE_LABELS = {"sglang": "SGLang", "native": "native engine"}
 POINT_BASES = ("measured", "inferred", "assumed")
 CURVE_FITS = ("linear", "experts")
 ROUNDING = 1e-12  # a relative difference this small is float rounding, not a conflict in the data
+FLOAT_NOISE = 1e-14  # a difference of a few dozen ulps: all the rounding a result's few operations leave in it
 
 # Limits on the size of the input, each checked before the work it bounds.
 MAX_COUNT = 1_000_000  # the largest M, block, budget or TP: far past any decode step at concurrency 1
@@ -459,7 +460,7 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
 def rounded_to_0(difference: Figure, whole: Figure) -> Figure:
     """A difference within float rounding of 0, next to the whole it was taken from, is 0: anchors exactly at a
     boundary give ATTN_BASE or SPEC = 0, not 5.6e-17 or -3.6e-15 ms."""
-    return difference._replace(value=0.0) if abs(difference.value) <= ROUNDING * whole.value else difference
+    return difference._replace(value=0.0) if abs(difference.value) <= FLOAT_NOISE * whole.value else difference
 
 
 class Drafter(NamedTuple):
@@ -973,35 +974,43 @@ def printable(text: str) -> str:
     return "".join(_escaped(ch) if steers(ch) else ch for ch in text)
 
 
-BLANK = "\u115f\u1160\u3164\uffa0\u2800"  # letters and symbols that show nothing: the Hangul fillers, empty braille
+BLANK = "\u115f\u1160\u3164\uffa0\u2800\u17b4\u17b5"  # show nothing: Hangul fillers, empty braille, Khmer
 
 
 def visible(text: str) -> str:
     r"""Text with every character that does not show escaped as printable() escapes: what printable() escapes,
-    the spaces other than " ", the format characters, private code points, blank fillers, a mark or joiner on
-    nothing, and the variation selectors and tags that build an emoji anywhere but after a symbol. A mark on a
-    letter, joined letters and an emoji built of several stay. Errors and warnings are read to find what is
-    wrong, not copied back.
+    the spaces other than " ", the format characters, private code points, blank fillers, a mark on nothing or
+    on ASCII punctuation, a joiner that does not stand between two characters that show (not ASCII ones), and
+    the tags of a flag after anything but its black flag. A mark or a variation selector on what shows, joined
+    letters and an emoji built of several characters stay. Errors and warnings are read to find what is wrong,
+    not copied back.
 
-    >>> print(visible("overhead_cut\u200b: got B\u00a0300\n"), visible("中文 👨\u200d👩"))
-    overhead_cut\u200b: got B\xa0300\n 中文 👨‍👩
-    >>> visible("\u3164 \u0301 e\u0301 =\u034f") == "\\u3164 \\u0301 e\u0301 =\\u034f"  # a mark on e stays
+    >>> print(visible("overhead_cut\u200b: got B\u00a0300\n"), visible("中文 👨\u200d👩 1\ufe0f\u20e3"))
+    overhead_cut\u200b: got B\xa0300\n 中文 👨‍👩 1️⃣
+    >>> visible("\u3164 \u0301 e\u0301 cut\u200d X\U000e0041") == "\\u3164 \\u0301 e\u0301 cut\\u200d X\\U000e0041"
     True
     """
     if text.isascii() and text.isprintable():
         return text
     import unicodedata
 
-    out, base = [], ""  # the category of the last character kept that shows, which a mark after it builds on
-    for ch in text:
+    def shows(ch: str, category: str) -> bool:
+        return category[0] in "LNPS" and ch not in BLANK
+
+    out, base = [], ""  # what the marks after it build on: "" (nothing that shows), "flag", or a character's category
+    for i, ch in enumerate(text):
         category = unicodedata.category(ch)
-        if ch == "\u034f" or "\ufe00" <= ch <= "\ufe0f" or "\U000e0020" <= ch <= "\U000e01ef":
-            hidden = base != "So"  # a grapheme joiner, variation selectors and tags: in an emoji, after a symbol
-        elif category[0] == "M" or ch in "\u200c\u200d":  # marks, and the joiners of letters or of an emoji
-            hidden = not base
+        if "\U000e0020" <= ch <= "\U000e007f":  # the tags that make a black flag a region's flag
+            hidden = base != "flag"
+        elif ch in "\u200c\u200d":  # a joiner: of the letters of a script that joins them, or of an emoji's parts
+            before, after = text[i - 1 : i], text[i + 1 : i + 2]  # neither of them ASCII, which joins nothing
+            hidden = not base or before.isascii() or after.isascii() or not shows(after, unicodedata.category(after))
+        elif category[0] == "M":  # a mark, a variation selector, the grapheme joiner
+            hidden = not base or ch in BLANK
         else:  # not Cn: an emoji newer than Python's Unicode tables is unassigned in them
             hidden = ch in BLANK or (category in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp", "Zs") and ch != " ")
-            base = category if not hidden and category[0] in "LNPS" else ""
+            builds_on = shows(ch, category) and (ch.isalnum() or not ch.isascii())  # not on "=" or ":" in a message
+            base = ("flag" if ch == "\U0001f3f4" else category) if builds_on else ""
         out.append(_escaped(ch) if hidden else ch)
     return "".join(out)
 
@@ -1109,15 +1118,28 @@ def not_an_assumption(key: str, domains: dict[str, Domain], varied_by: str) -> s
     if key.startswith("ranges.") or (key in domains and key.startswith(NOT_ASSUMED)):  # ranges' are read last
         section = "measurements" if key.startswith("measurements") else "ranges"
         return f"is in `{section}`, not an assumption of the model; expected e.g. native_engine.overhead_cut"
+    fitted = varied_by.startswith("--")  # --fit or --solve: their measurements keep their own accept lengths
+    if fitted and (key == SCENARIO_ACCEPTS or (key in domains and key.startswith(f"{SCENARIO_ACCEPTS}["))):
+        return (
+            f"{'holds' if key == SCENARIO_ACCEPTS else 'is one of'} the accept lengths of the stronger drafter's "
+            "scenarios; a measurement keeps the accept length it was measured at, whatever the list holds, so no "
+            "prediction depends on it: expected an assumption the step rests on"
+        )  # fmt: skip
     if key in domains:
         return None
-    inside = [name for name in assumptions(domains) if name.startswith((f"{key}[", f"{key}."))]  # a list, an object
+    inside = [  # in a list or an object: the numbers of it that may be varied
+        name for name in assumptions(domains)
+        if name.startswith((f"{key}[", f"{key}.")) and not (fitted and name.startswith(f"{SCENARIO_ACCEPTS}["))
+    ]  # fmt: skip
     if inside:
         if len(inside) == 1:
-            return f"holds one number; expected its key path, {inside[0]}"
+            return f"holds one number {varied_by} may vary; expected its key path, {inside[0]}"
         shown = ", ".join(inside[:3]) + (", ..." if len(inside) > 3 else "")
-        return f"holds {len(inside)} numbers ({shown}); expected the key path of one of them"
+        return f"holds {len(inside)} numbers {varied_by} may vary ({shown}); expected the key path of one of them"
     return _not_a_number(key, assumptions(domains))
+
+
+SCENARIO_ACCEPTS = "stronger_drafter.accept"  # the list of accept lengths the stronger drafter's scenarios are at
 
 
 def _closest(word: str, candidates: Iterable[str]) -> str | None:
@@ -2891,8 +2913,8 @@ def _snapped(value: float, domain: Domain) -> float:
     """A value within float rounding of an end its domain includes is that end: the cut at which the native
     engine gives back SGLang's 303 tok/s is 0, not the 1.4e-17 that arithmetic on 0.4 leaves."""
     for end, is_open in ((domain.low, domain.low_open), (domain.high, domain.high_open)):
-        if not is_open and math.isfinite(end) and abs(value - end) <= ROUNDING * max(abs(end), 1.0):
-            return end
+        if not is_open and math.isfinite(end) and abs(value - end) <= FLOAT_NOISE * max(abs(end), 1.0):
+            return float(end)
     return value
 
 
@@ -3183,20 +3205,29 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
     Default data: current/native = 463 tok/s needs overhead_cut = 0.4005.
     """
     m = observation(cal, spec, observed, "--observed")
-    path, _ = fittable(cal, path_text, "--solve")
-    if spec.drafter == "stronger" and at_or_inside(path, ("stronger_drafter", "accept")):
-        step_ms, tok_s = scenario_for(cal, spec, "--observed").step_ms, _describe(observed)
-        raise CalibrationError(
-            format_path(path), f"{m.label} is observed at the accept length it names, whatever the list holds, and "
-            f"its step does not depend on it: the accept length at which it gives {tok_s} tok/s is tok/s * step / "
-            f"1000 = {tok_s} * {step_ms:.6g} / 1000 = {observed * step_ms / 1000:.6g}; expected an assumption the "
-            "step rests on", file="--solve",
-        )  # fmt: skip
+    if spec.drafter == "stronger" and at_or_inside(path := parse_path(path_text), parse_path(SCENARIO_ACCEPTS)):
+        raise CalibrationError(format_path(path), accept_to_meet(cal, spec, m), file="--solve")
     result = fit(doc, cal, [path_text], [m], "--solve")
     (v,) = result.values
     solution = Solution(v, observed, m.label, result.method, result.other_roots)
     cannot = sglang_cannot(cal, m)  # an observation SGLang could not have made, as a logged one would be told
     return solution, result._replace(warnings=(*result.warnings, cannot)) if cannot else result
+
+
+def accept_to_meet(cal: Calibration, spec: ScenarioSpec, m: Measurement) -> str:
+    """Why --solve does not vary a stronger-drafter accept length for an observation of that drafter, and the
+    accept length at which the observed scenario's step gives the observed tok/s."""
+    row, tok_s = scenario_for(cal, spec, "--observed"), _describe(m.tok_s)
+    accept = m.tok_s * row.step_ms / 1000
+    limit, bound = accept_limit(row.block, row.budget)
+    at = f"the accept length it names, {row.accept:g}" if spec.accept else f"its default accept length, {row.accept:g}"
+    outside = f", outside the 1 to {limit} its tree allows ({bound})" if not 1 <= accept <= limit else ""
+    cannot = f"; and {row.not_runnable_reason}" if row.not_runnable_reason else ""
+    return (
+        f"{m.label} is observed at {at}, whatever the list holds, and its step does not depend on it: the accept "
+        f"length at which it gives {tok_s} tok/s is tok/s * step / 1000 = {tok_s} * {row.step_ms:.6g} / 1000 = "
+        f"{accept:.6g}{outside}{cannot}; expected an assumption the step rests on"
+    )
 
 
 def log_measured(

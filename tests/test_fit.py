@@ -688,8 +688,15 @@ def test_a_value_found_at_a_closed_end_is_that_end(capsys: pytest.CaptureFixture
     0.4 leaves 1.4e-17, the least squares 6.7e-17, both float rounding of the end the domain includes."""
     run = run_main(capsys, *args, "--format", "json")
     found = run.json()["solve"]["value"] if args[0] == "--solve" else run.json()["fit"]["values"][0]
-    assert found == 0.0
+    assert found == 0.0 and isinstance(found, float)
     assert "0 lies on the edge of the values it may take (a number >= 0 and < 1)" in run.err
+
+
+def test_a_value_snapped_to_a_whole_end_stays_a_float(capsys: pytest.CaptureFixture[str]) -> None:
+    """The anchor's accept at its tree's limit of 9: 9.0 in JSON, as every solved value is, not 9."""
+    run = run_main(capsys, "--solve", "anchors.ddtree.accept", "--observed", "current/native=236.32685109626888",
+                   "--format", "json")  # fmt: skip
+    assert '"value": 9.0,' in run.out
 
 
 def test_leave_one_out_equals_explicit_refits() -> None:

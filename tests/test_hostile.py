@@ -155,8 +155,22 @@ def test_errors_and_warnings_show_every_character_that_would_not_show(capsys: py
                          ("\U000e0041\U000e0042", "\\U000e0041\\U000e0042")]:  # fmt: skip
         run = run_main(capsys, "--set", f"hardware.target.name={blank}")
         assert_clean_error(run, f"--set hardware.target.name={shown}: hardware.target.name: is ")
-    run = run_main(capsys, "--set", "hardware.target.name=X\U000e0041Y =\u034f K\u00e9 Ke\u0301 \u2764\ufe0f")
-    assert "the estimate is for X\\U000e0041Y =\\u034f K\u00e9 Ke\u0301 \u2764\ufe0f, but" in run.err
+    run = run_main(capsys, "--set", "hardware.target.name=X\U000e0041Y \u00a9\U000e0041 K\u00e9 Ke\u0301 \u2764\ufe0f")
+    assert "the estimate is for X\\U000e0041Y \u00a9\\U000e0041 K\u00e9 Ke\u0301 \u2764\ufe0f, but" in run.err
+    # a joiner that joins nothing, or ASCII letters, would make a key read as the key it suggests
+    for key in (
+        "native_engine.overhead_cut\u200d",
+        "native_engine.\u200doverhead_cut",
+        "native_engine.overhead_cut\u17b4",
+    ):
+        run = run_main(capsys, "--set", f"{key}=0.3")
+        assert_clean_error(run, f"{key.encode('unicode_escape').decode()}: unknown key (did you mean native_engine.")
+    # what builds a character stays: a keycap, an emoji with a selector after an arrow, a kanji's variant, a
+    # grapheme joiner in Hebrew, Devanagari joined by a joiner after its virama
+    texts = ["1\ufe0f\u20e3", "\U0001f642\u200d\u2194\ufe0f", "\u845b\U000e0100",
+             "\u05dc\u05b7\u034f\u05b4\u05dd", "\u0915\u094d\u200d\u0937"]  # fmt: skip
+    run = run_main(capsys, "--set", f"hardware.target.name={' '.join(texts)}")
+    assert f"the estimate is for {' '.join(texts)}, but" in run.err
 
 
 @pytest.mark.parametrize("fmt", [["--format", "table"], ["--format", "markdown"], ["--explain"], ["--format", "csv"]])
@@ -590,14 +604,23 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--solve", "stronger_drafter.spec_scale", "--observed", "current/native=463"], "does not depend on it"),
         # an observation is at its own accept length: the one that gives 900 tok/s is 900 * 14.7311 / 1000
         (["--solve", "stronger_drafter.accept[1]", "--observed", "stronger/native@14=900"],
-         "--solve: stronger_drafter.accept[1]: stronger/native@14 is observed at the accept length it names, "
+         "--solve: stronger_drafter.accept[1]: stronger/native@14 is observed at the accept length it names, 14, "
          "whatever the list holds, and its step does not depend on it: the accept length at which it gives 900 tok/s "
          "is tok/s * step / 1000 = 900 * 14.7311 / 1000 = 13.258; expected an assumption the step rests on"),
-        (["--solve", "stronger_drafter.accept", "--observed", "stronger/native@14=900"],
-         "stronger_drafter.accept: holds 3 numbers (stronger_drafter.accept[0], stronger_drafter.accept[1], "
-         "stronger_drafter.accept[2]); expected the key path of one of them"),
+        (["--solve", "stronger_drafter.accept[1]", "--observed", "stronger/sglang=900"],
+         "stronger/sglang@14 is observed at its default accept length, 14, whatever the list holds, and its step "
+         "does not depend on it: the accept length at which it gives 900 tok/s is tok/s * step / 1000 = 900 * "
+         "20.8843 / 1000 = 18.7959, outside the 1 to 17 its tree allows (block+1 = 17); and SGLang cannot verify"),
+        (["--measured", "stronger/native@14=900", "--fit", "stronger_drafter.accept[1]"],
+         "--fit: stronger_drafter.accept[1]: is one of the accept lengths of the stronger drafter's scenarios; a "
+         "measurement keeps the accept length it was measured at, whatever the list holds, so no prediction"),
+        (["--solve", "stronger_drafter.accept", "--observed", "current/native=900"],
+         "stronger_drafter.accept: holds the accept lengths of the stronger drafter's scenarios; a measurement"),
+        (["--solve", "stronger_drafter", "--observed", "current/native=900"],
+         "stronger_drafter: holds 2 numbers --solve may vary (stronger_drafter.attn_base_scale, "
+         "stronger_drafter.spec_scale); expected the key path of one of them"),
         (["--fit", "hardware.target", "--measured", "current/native=400"],
-         "hardware.target: holds one number; expected its key path, hardware.target.mem_bandwidth_tb_s"),
+         "hardware.target: holds one number --fit may vary; expected its key path, hardware.target.mem_bandwidth_tb_s"),
         (["--sweep", f"native_engine.overhead_cut=0:1{'0' * 4300}:1{'0' * 4300}"],
          "native_engine.overhead_cut: got an integer of more than 4,300 digits; expected a finite number"),
         # named as typed: the whole text, and an accept length not rounded onto the limit it passes

@@ -153,6 +153,16 @@ def test_anchors_at_the_boundary_leave_no_attn_base(ar_tok_s: float) -> None:
         eb.decompose(eb.parse_calibration(doc))
 
 
+def test_a_small_attn_base_that_is_no_rounding_stays() -> None:
+    """3999.999999999 tok/s against MoE(1) = 0.25 ms leaves ATTN_BASE = 6.25e-14 ms, 2.5e-13 of the step: more than
+    the few ulps of rounding, so a value below the bound the error names (4000) is taken."""
+    doc = default_doc()
+    doc["hardware"]["target"]["mem_bandwidth_tb_s"] = 1.8
+    doc["moe_curve"]["points"][0]["ms"] = 0.25
+    doc["anchors"]["ar_tok_s"] = 3999.999999999
+    assert eb.decompose(eb.parse_calibration(doc)).attn_base.value == pytest.approx(6.25e-14, rel=1e-3)
+
+
 # --- Properties --------------------------------------------------------------------------
 
 unit = st.floats(0.0, 1.0, exclude_max=True)
