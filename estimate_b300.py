@@ -459,7 +459,7 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
 
 def rounded_to_0(difference: Figure, whole: Figure) -> Figure:
     """A difference within float rounding of 0, next to the whole it was taken from, is 0: anchors exactly at a
-    boundary give ATTN_BASE or SPEC = 0, not 5.6e-17 or -3.6e-15 ms."""
+    boundary give ATTN_BASE or SPEC = 0, not 5.6e-17 or 3.6e-15 ms."""
     return difference._replace(value=0.0) if abs(difference.value) <= FLOAT_NOISE * whole.value else difference
 
 
@@ -1111,6 +1111,9 @@ def assumptions(domains: dict[str, Domain]) -> list[str]:
     return [path for path, domain in domains.items() if not domain.integer and not path.startswith(NOT_ASSUMED)]
 
 
+SCENARIO_ACCEPTS = "stronger_drafter.accept"  # the list of accept lengths the stronger drafter's scenarios are at
+
+
 def not_an_assumption(key: str, domains: dict[str, Domain], varied_by: str) -> str | None:
     """Why --fit, --solve or a range (`varied_by`) may not vary a key, or None when it is one of `assumptions`."""
     if key in domains and domains[key].integer:
@@ -1137,9 +1140,6 @@ def not_an_assumption(key: str, domains: dict[str, Domain], varied_by: str) -> s
         shown = ", ".join(inside[:3]) + (", ..." if len(inside) > 3 else "")
         return f"holds {len(inside)} numbers {varied_by} may vary ({shown}); expected the key path of one of them"
     return _not_a_number(key, assumptions(domains))
-
-
-SCENARIO_ACCEPTS = "stronger_drafter.accept"  # the list of accept lengths the stronger drafter's scenarios are at
 
 
 def _closest(word: str, candidates: Iterable[str]) -> str | None:
