@@ -994,9 +994,6 @@ def visible(text: str) -> str:
         return text
     import unicodedata
 
-    def shows(ch: str, category: str) -> bool:
-        return category[0] in "LNPS" and ch not in BLANK
-
     out, base = [], ""  # what the marks after it build on: "" (nothing that shows), "flag", or a character's category
     for i, ch in enumerate(text):
         category = unicodedata.category(ch)
@@ -1004,12 +1001,12 @@ def visible(text: str) -> str:
             hidden = base != "flag"
         elif ch in "\u200c\u200d":  # a joiner: of the letters of a script that joins them, or of an emoji's parts
             before, after = text[i - 1 : i], text[i + 1 : i + 2]  # neither of them ASCII, which joins nothing
-            hidden = not base or before.isascii() or after.isascii() or not shows(after, unicodedata.category(after))
+            hidden = not base or before.isascii() or after.isascii() or not _shows(after, unicodedata.category(after))
         elif category[0] == "M":  # a mark, a variation selector, the grapheme joiner
             hidden = not base or ch in BLANK
         else:  # not Cn: an emoji newer than Python's Unicode tables is unassigned in them
             hidden = ch in BLANK or (category in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp", "Zs") and ch != " ")
-            builds_on = shows(ch, category) and (ch.isalnum() or not ch.isascii())  # not on "=" or ":" in a message
+            builds_on = _shows(ch, category) and (ch.isalnum() or not ch.isascii())  # not on "=" or ":" in a message
             base = ("flag" if ch == "\U0001f3f4" else category) if builds_on else ""
         out.append(_escaped(ch) if hidden else ch)
     return "".join(out)
@@ -1017,6 +1014,11 @@ def visible(text: str) -> str:
 
 def _escaped(ch: str) -> str:
     return ch.encode("unicode_escape").decode("ascii")
+
+
+def _shows(ch: str, category: str) -> bool:
+    """Whether a character of this Unicode category shows: a letter, digit, punctuation or symbol, not a filler."""
+    return category[0] in "LNPS" and ch not in BLANK
 
 
 def shows_something(text: str) -> bool:
@@ -1030,7 +1032,7 @@ def shows_something(text: str) -> bool:
         return any("!" <= ch <= "~" for ch in text)
     import unicodedata
 
-    return any(unicodedata.category(ch)[0] in "LNPS" and ch not in BLANK for ch in text)
+    return any(_shows(ch, unicodedata.category(ch)) for ch in text)
 
 
 def documents(key: str) -> bool:
@@ -1114,6 +1116,11 @@ def assumptions(domains: dict[str, Domain]) -> list[str]:
 SCENARIO_ACCEPTS = "stronger_drafter.accept"  # the list of accept lengths the stronger drafter's scenarios are at
 
 
+def scenario_accept(key: str, domains: dict[str, Domain]) -> bool:
+    """Whether a key path is the stronger drafter's accept list or one of its accept lengths."""
+    return key == SCENARIO_ACCEPTS or (key in domains and key.startswith(f"{SCENARIO_ACCEPTS}["))
+
+
 def not_an_assumption(key: str, domains: dict[str, Domain], varied_by: str) -> str | None:
     """Why --fit, --solve or a range (`varied_by`) may not vary a key, or None when it is one of `assumptions`."""
     if key in domains and domains[key].integer:
@@ -1122,7 +1129,7 @@ def not_an_assumption(key: str, domains: dict[str, Domain], varied_by: str) -> s
         section = "measurements" if key.startswith("measurements") else "ranges"
         return f"is in `{section}`, not an assumption of the model; expected e.g. native_engine.overhead_cut"
     fitted = varied_by.startswith("--")  # --fit or --solve: their measurements keep their own accept lengths
-    if fitted and (key == SCENARIO_ACCEPTS or (key in domains and key.startswith(f"{SCENARIO_ACCEPTS}["))):
+    if fitted and scenario_accept(key, domains):
         return (
             f"{'holds' if key == SCENARIO_ACCEPTS else 'is one of'} the accept lengths of the stronger drafter's "
             "scenarios; a measurement keeps the accept length it was measured at, whatever the list holds, so no "
@@ -3205,8 +3212,8 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
     Default data: current/native = 463 tok/s needs overhead_cut = 0.4005.
     """
     m = observation(cal, spec, observed, "--observed")
-    if spec.drafter == "stronger" and at_or_inside(path := parse_path(path_text), parse_path(SCENARIO_ACCEPTS)):
-        raise CalibrationError(format_path(path), accept_to_meet(cal, spec, m), file="--solve")
+    if spec.drafter == "stronger" and scenario_accept(key := format_path(parse_path(path_text)), cal.domains):
+        raise CalibrationError(key, accept_to_meet(cal, spec, m), file="--solve")
     result = fit(doc, cal, [path_text], [m], "--solve")
     (v,) = result.values
     solution = Solution(v, observed, m.label, result.method, result.other_roots)
@@ -3220,7 +3227,8 @@ def accept_to_meet(cal: Calibration, spec: ScenarioSpec, m: Measurement) -> str:
     row, tok_s = scenario_for(cal, spec, "--observed"), _describe(m.tok_s)
     accept = m.tok_s * row.step_ms / 1000
     limit, bound = accept_limit(row.block, row.budget)
-    at = f"the accept length it names, {row.accept:g}" if spec.accept else f"its default accept length, {row.accept:g}"
+    named = spec.accept is not None
+    at = f"the accept length it names, {row.accept:g}" if named else f"its default accept length, {row.accept:g}"
     outside = f", outside the 1 to {limit} its tree allows ({bound})" if not 1 <= accept <= limit else ""
     cannot = f"; and {row.not_runnable_reason}" if row.not_runnable_reason else ""
     return (
