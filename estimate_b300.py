@@ -687,10 +687,8 @@ def break_even(cal: Calibration, dec: Decomposition, rows: tuple[Scenario, ...])
     result, by_run = [], runs(rows)
     for pipeline in PIPELINES:
         current, strong = (by_run[d, pipeline][0] for d in DRAFTERS)
-        stronger_step = given("stronger step", strong.step_ms, "ms")
         for versus, rival in (("current", current.figures["tok/s"]), ("autoregressive", ar_tok_s(cal, dec, pipeline))):
-            to_match = given("tok/s to match", rival.value, "tok/s")
-            needed = derive("accept needed", "tok/s to match * stronger step / 1000", "tokens", to_match, stronger_step)
+            needed = accept_needed(rival.value, strong.step_ms)
             reason: str | None = None
             accept: float | None = needed.value
             if needed.value > limit:
@@ -700,6 +698,12 @@ def break_even(cal: Calibration, dec: Decomposition, rows: tuple[Scenario, ...])
             result.append(BreakEven(pipeline, versus, accept, rival.value, reason, strong.step_ms,
                                     (*derivation(rival), needed)))  # fmt: skip
     return tuple(result)
+
+
+def accept_needed(tok_s: float, stronger_step_ms: float) -> Figure:
+    """The accept length at which the stronger drafter's step gives `tok_s`: tok/s = 1000 * accept / step, solved."""
+    to_match, stronger_step = given("tok/s to match", tok_s, "tok/s"), given("stronger step", stronger_step_ms, "ms")
+    return derive("accept needed", "tok/s to match * stronger step / 1000", "tokens", to_match, stronger_step)
 
 
 def accept_limit(block: int, budget: int) -> tuple[int, str]:
@@ -3225,7 +3229,7 @@ def accept_to_meet(cal: Calibration, spec: ScenarioSpec, m: Measurement) -> str:
     """Why --solve does not vary a stronger-drafter accept length for an observation of that drafter, and the
     accept length at which the observed scenario's step gives the observed tok/s."""
     row, tok_s = scenario_for(cal, spec, "--observed"), _describe(m.tok_s)
-    accept = m.tok_s * row.step_ms / 1000
+    accept = accept_needed(m.tok_s, row.step_ms).value
     limit, bound = accept_limit(row.block, row.budget)
     named = spec.accept is not None
     at = f"the accept length it names, {row.accept:g}" if named else f"its default accept length, {row.accept:g}"
