@@ -2484,8 +2484,9 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     """A tornado (each range end alone, the others as in force) and the band over combinations of range ends.
 
     The band takes every combination of ends; with every_corner=False only the two where each assumption
-    sits at the end that moves the estimate the same way, which is the whole band wherever the estimate is
-    monotonic in each assumption across its range (as it is for the shipped calibration: a test checks).
+    sits at the end that moves the estimate the same way, the way read inside the ranges. That is the whole
+    band wherever each assumption moves the estimate one way throughout the ranges (as for the shipped
+    calibration: a test checks).
     """
     place = median_place(drafter_named(cal, spec.drafter))  # a range on that accept moves the scenario
     base = scenario_for(cal, spec, "--scenario", place)
@@ -2518,8 +2519,17 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     ]  # fmt: skip
     ends = [(r.low, r.high) for r in cal.ranges]
     corners: list[Sequence[float]] = list(itertools.product(*ends))
-    if not every_corner:  # the ends that raise the estimate, and those that lower it
+    if not every_corner:  # the ends that raise the estimate, and those that lower it, read inside the ranges
         up = [row.tok_s_at_high >= row.tok_s_at_low for row in rows]
+        inside = [min(max(row.value, row.low), row.high) for row in rows]
+        if inside != [row.value for row in rows]:  # a value in force outside its range: read at its nearest end
+            centre = list(zip(paths, inside, strict=True))
+            start = estimate_at(centre)[1]
+
+            def at(path: PathSegments, end: float) -> float:
+                return estimate_at([(q, end if q == path else v) for q, v in centre], start, [(path, end)])[0]
+
+            up = [at(p, r.high) >= at(p, r.low) for r, p in zip(cal.ranges, paths, strict=True)]
         corners = [[end[u] for end, u in zip(ends, up, strict=True)] for up in (up, [not u for u in up])]
 
     def band_of(chunk: Sequence[Sequence[float]]) -> list[float]:
@@ -3443,8 +3453,8 @@ def build_report(options: Options) -> Report:
 def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool, studied: Sensitivity | None) -> Headline:
     """Today's throughput, the native engine's, the stronger drafter's where it can run, and how sure.
 
-    The band is the whole band when --sensitivity studied the same scenario, else the two corners
-    that are the whole band wherever the estimate is monotonic in each assumption.
+    The band is the whole band when --sensitivity studied the same scenario, else the two corners that are the
+    whole band wherever each assumption moves the estimate one way throughout the ranges (see sensitivity).
     """
     by_run = runs(est.scenarios)  # the current drafter's have one accept each
     stronger = {p: by_run["stronger", p] for p in PIPELINES}
@@ -3579,6 +3589,11 @@ def _glued(numbers: re.Match[str]) -> str:
     return text.replace(" - ", f"{GLUE}-{GLUE}") if text.count(" - ") == 1 else text
 
 
+def _kept(cell: str) -> str:
+    """A cell's text with a name and the number it equals on one line: "block+1 = 17", not "block+1 =" above "17"."""
+    return re.sub(r" = (?=-?\d)", f"{GLUE}={GLUE}", cell) if " = " in cell else cell
+
+
 class Style(NamedTuple):
     """How the output is laid out: what the command line and the terminal ask for."""
 
@@ -3653,7 +3668,9 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     every: list[Sequence[object]] = [*cells, headers]
     width = {i: max(len(str(r[i] or "")) for r in every) for i in text}  # of each text column, as it stands
     # the least width of a text column: its longest word, its header (tabulate does not wrap those), or 12
-    least = {i: max([12, len(headers[i]), *(len(w) for r in cells for w in str(r[i] or "").split())]) for i in text}
+    least = {
+        i: max([12, len(headers[i]), *(len(w) for r in cells for w in _kept(str(r[i] or "")).split())]) for i in text
+    }
     wrapped = {i: [r[i] for r in cells] for i in text}  # its cells at that width
     while True:
         out: str = tabulate(
@@ -3672,7 +3689,9 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
         widest = max(narrower, key=width.__getitem__)
         width[widest] = max(least[widest], width[widest] - excess)
         fill = functools.partial(textwrap.fill, width=width[widest], break_long_words=False, break_on_hyphens=False)
-        wrapped[widest] = [fill(cell) if isinstance(cell := row[widest], str) else cell for row in cells]
+        wrapped[widest] = [
+            fill(_kept(cell)).replace(GLUE, " ") if isinstance(cell := row[widest], str) else cell for row in cells
+        ]
 
 
 class Section(NamedTuple):
@@ -4217,7 +4236,7 @@ def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
 
 
 def render_tables(report: Report, style: Style) -> Iterable[str]:
-    header = re.sub("(overrides|measured|fitted|solved): ", rf"\1:{GLUE}", _header_line(report))  # a label by its value
+    header = re.sub("(sha256|overrides:|measured:|fitted:|solved:) ", rf"\1{GLUE}", _header_line(report))  # and value
     parts = [f"{style.wrap(header, '  ')}\n{_title(report)}"]
     if report.sweep is None:
         parts.append("\n".join(style.wrap(line, "  ") for line in headline_lines(report)))

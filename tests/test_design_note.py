@@ -70,7 +70,7 @@ def test_the_headline(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_the_headline_band_is_the_whole_band(capsys: pytest.CaptureFixture[str]) -> None:
     """The headline takes the two corners where every assumption pushes the same way; with the shipped
-    calibration the estimate is monotonic in each, so that is the band over all 64 corners."""
+    calibration each pushes one way throughout the ranges, so that is the band over all 64 corners."""
     full = run_main(capsys, "--sensitivity", "--format", "json").json()["sensitivity"]["band"]
     doc = default_doc()
     cal = eb.parse_calibration(doc)
@@ -88,6 +88,21 @@ def test_a_value_outside_its_range_is_named_beside_the_band(capsys: pytest.Captu
         "hardware.target.mem_bandwidth_tb_s = 4.8 is outside 7.7 to 8." in flat(run.out)
     )
     assert "The band spans the ranges" not in flat(run_main(capsys).out)
+
+
+@pytest.mark.parametrize("spec_scale", ["10", "1000"])
+def test_the_headline_band_reads_its_corners_inside_the_ranges(
+    capsys: pytest.CaptureFixture[str], spec_scale: str
+) -> None:
+    """At spec_scale 10 (outside its range, 1.5 to 2) more bandwidth slows the stronger drafter: its SPEC grows
+    more than its MoE shrinks. Inside the ranges it speeds it up, and those are the corners the band spans."""
+    scale = ("--set", f"stronger_drafter.spec_scale={spec_scale}")
+    tornado = run_main(capsys, *scale, "--sensitivity", "--format", "json").json()["sensitivity"]
+    (bandwidth,) = (row for row in tornado["rows"] if row["path"] == "hardware.target.mem_bandwidth_tb_s")
+    assert bandwidth["tok_s_at_high"] < bandwidth["tok_s_at_low"]  # at the value in force
+    band = f"spans {tornado['band']['tok_s_min']:.0f} to {tornado['band']['tok_s_max']:.0f} tok/s"
+    assert band == "spans 640 to 1243 tok/s"  # the shipped band: every range as shipped
+    assert band in flat(run_main(capsys, *scale).out)
 
 
 def test_a_range_is_not_broken_at_its_dash(capsys: pytest.CaptureFixture[str]) -> None:

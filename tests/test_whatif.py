@@ -592,7 +592,8 @@ def test_a_range_on_the_median_accept_moves_the_median_scenario(
 def test_the_headline_band_is_the_whole_band_beside_sensitivity(
     capsys: pytest.CaptureFixture[str], write_calibration: Any
 ) -> None:
-    """Not monotonic: bandwidth helps least where spec_scale is high and the cut 0; two corners miss the low end."""
+    """Bandwidth helps where spec_scale is low and slows where it is high (with the cut 0): no one way throughout the
+    ranges, so two corners miss the low end."""
     doc = default_doc()
     doc["ranges"] = {
         "hardware.target.mem_bandwidth_tb_s": {"low": 4, "high": 12, "source": "x"},
