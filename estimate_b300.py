@@ -3590,8 +3590,11 @@ def _glued(numbers: re.Match[str]) -> str:
 
 
 def _kept(cell: str) -> str:
-    """A cell's text with a name and the number it equals on one line: "block+1 = 17", not "block+1 =" above "17"."""
-    return re.sub(r" = (?=-?\d)", f"{GLUE}={GLUE}", cell) if " = " in cell else cell
+    """A cell's text with a name and the number it equals on one line ("block+1 = 17", not "block+1 =" above "17"),
+    and a footnote's mark on the line of the word it marks ("run [1]", not "[1]" alone)."""
+    if " = " not in cell and " [" not in cell:
+        return cell
+    return re.sub(r" = (?=-?\d)| (?=\[\d+\])", lambda m: m.group(0).replace(" ", GLUE), cell)
 
 
 class Style(NamedTuple):

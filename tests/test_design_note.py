@@ -6,8 +6,10 @@ import csv
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,6 +90,22 @@ def test_a_value_outside_its_range_is_named_beside_the_band(capsys: pytest.Captu
         "hardware.target.mem_bandwidth_tb_s = 4.8 is outside 7.7 to 8." in flat(run.out)
     )
     assert "The band spans the ranges" not in flat(run_main(capsys).out)
+
+
+def test_wrapping_keeps_a_mark_a_hash_and_an_equation_with_their_words(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 80 columns a footnote's mark stays beside its word, a hash beside "sha256", a number beside its "=":
+    cells wrap as "cannot" / "run [1]", never leaving a "[1]" or a "17" on a line of its own."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ("d" * 29)).mkdir()
+    shutil.copy(ROOT / "calibration.json", path := f"{'d' * 29}/calibration.json")  # "sha256" ends at column 80
+    scale = ("--all", "--set", "stronger_drafter.spec_scale=12", "--set", "hardware.target.mem_bandwidth_tb_s=1e5")
+    lines = run_main(capsys, "--calibration", path, *scale).out.splitlines()
+    assert lines[0] == f"estimate_b300 {eb.__version__}; {path}," and lines[1].startswith("  sha256 e8a03030eafc;")
+    assert "run [1]" in map(str.strip, lines) and "block+1 = 17" in map(str.strip, lines)  # wrapped, each whole
+    assert not [line for line in lines if re.fullmatch(r"\[\d+\]|\d+", line.strip()) or line.endswith(" =")]
+    assert max(map(len, lines)) <= 80
 
 
 @pytest.mark.parametrize("spec_scale", ["10", "1000"])
