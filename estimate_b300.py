@@ -2169,7 +2169,7 @@ def parse_sweep(text: str) -> Sweep:
 
 # A number as JSON writes it, or as .2 or 2., with the white space JSON allows around it: Decimal also takes 1_6,
 # the digits of other scripts and Unicode spaces, which --set does not. Compiled where first used (0.5 ms).
-DECIMAL = r"[ \t\n\r]*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\r]*"
+DECIMAL = r"[ \t\n\r]*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?[ \t\n\r]*"  # one way to match: linear
 
 
 def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
@@ -3613,7 +3613,7 @@ class Style(NamedTuple):
             return markdown_text(text)
         import textwrap
 
-        kept = re.sub(r"\d[\d.]*(?: - -?\d[\d.]*)+", _glued, text)
+        kept = re.sub(r"(?<![\d.])\d[\d.]*+(?: - -?\d[\d.]*+)+", _glued, text)  # linear in a long number too
         lines = textwrap.fill(
             kept, self.width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
         )

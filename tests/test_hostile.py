@@ -646,6 +646,27 @@ def test_values_that_break_arithmetic(capsys: pytest.CaptureFixture[str], args: 
     assert time.perf_counter() - start < 1.0
 
 
+LONG = "0" * 50_000  # digits: a pattern that backtracked over them took 26 s (wrapping) and over 20 s (a step)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--set", f"native_engine.overhead_cut=0.3{LONG}"],  # the overrides' line wraps with it
+        ["--set", f"stronger_drafter.accept=[12.{LONG},14,16]", "--all"],
+        ["--set", f"native_engine.overhead_cut=0e{LONG}"],
+        ["--sweep", f"native_engine.overhead_cut=0:0.5:0.1{LONG}"],
+        ["--sweep", f"native_engine.overhead_cut=0:1:{'1' * 50_000}x"],  # not a number: refused
+        ["--solve", "native_engine.overhead_cut", "--observed", f"current/native=463.{LONG}"],
+    ],
+)
+def test_a_long_number_costs_no_more_than_its_length(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    start = time.perf_counter()
+    run = run_main(capsys, *args)
+    assert time.perf_counter() - start < 1.0
+    assert run.code == 0 or (run.code == 2 and "expected START:STOP:STEP" in run.err)
+
+
 def test_a_long_index_is_shortened_where_the_message_echoes_it(capsys: pytest.CaptureFixture[str]) -> None:
     run = run_main(capsys, "--set", f"moe_curve.points[{'9' * 5000}].ms=1")
     assert_clean_error(run, "bad index [99999", "...9", "99999]; expected [N] with a whole number N")
