@@ -1178,7 +1178,7 @@ def _number(value: object, path: str, domain: Domain = POSITIVE) -> float:
         )
     if value not in domain:
         raise CalibrationError(path, f"got {_describe(value)}; expected {domain.describe()}")
-    return value if domain.integer else float(value)
+    return value if domain.integer else float(value) + 0.0  # -0.0 + 0.0 is 0.0: a -0 shows as 0
 
 
 def _as_json(value: object, domain: Domain) -> str:
@@ -1800,7 +1800,7 @@ def number_at(doc: object, segments: PathSegments) -> float:
     """The number at a key path of a document whose numbers were validated."""
     value = get_path(doc, segments)
     assert isinstance(value, (int, float)), f"{format_path(segments)} is not a number"
-    return float(value)
+    return float(value) + 0.0  # 0, not -0, as _number reads it
 
 
 def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> object:
@@ -2164,7 +2164,7 @@ def parse_sweep(text: str) -> Sweep:
         values, typed = _range(*parts) if is_range else _list(spec)
         if not values:
             raise CalibrationError("", "expected V1,V2,... or START:STOP:STEP")
-        return Sweep(text, path, values, typed)
+        return Sweep(text, path, tuple(v + 0.0 if isinstance(v, float) else v for v in values), typed)  # no -0
 
 
 # A number as JSON writes it, or as .2 or 2., with the white space JSON allows around it: Decimal also takes 1_6,
@@ -2217,11 +2217,29 @@ def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
             typed.append(spec[at:end])
             at = spec.index(",", end) + 1 if len(typed) < len(whole) else end
         return tuple(whole), tuple(typed)
-    items = spec.split(",")  # not JSON as a whole: each item on its own, a string if not JSON
+    items = _items(spec)  # not JSON as a whole: each item on its own, a string if not JSON
     if empty := [i for i, item in enumerate(items, 1) if not item.strip()]:
         raise CalibrationError("", f"item {empty[0]} of {len(items)} is empty; expected a value between the commas")
     values = tuple(map(parse_value, items))  # JSON with the white space JSON allows around it, else the item whole
     return values, tuple(v if v == item else item.strip(" \t\n\r") for v, item in zip(values, items, strict=True))
+
+
+def _items(spec: str) -> list[str]:
+    """V1,V2,... split at each comma outside a JSON string: '"x,y",z' is two items, "x,y" and z."""
+    if '"' not in spec:
+        return spec.split(",")
+    items, start, quoted, escaped = [], 0, False, False
+    for i, ch in enumerate(spec):
+        if escaped:
+            escaped = False
+        elif quoted and ch == "\\":
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
+        elif ch == "," and not quoted:
+            items.append(spec[start:i])
+            start = i + 1
+    return [*items, spec[start:]]
 
 
 class SweepRow(NamedTuple):
@@ -3506,13 +3524,13 @@ def fixed(value: float, spec: str, deviation: bool = False) -> str:
 
     >>> fixed(950.4, ".0f"), fixed(0.0816, ".0f"), fixed(2e-5, ".1%"), fixed(0.0, ".2f"), fixed(0.5, "g")
     ('950', '0.082', '0.002%', '0.00', '0.5')
-    >>> fixed(1.453e13, "+.0%"), fixed(146260.05, ".2f"), fixed(2.2e-16, "+.1%"), fixed(999999999.99, ".1f")
-    ('+1.45e+15%', '146260.05', '+0.0%', '1e+09')
+    >>> fixed(1.453e13, "+.0%"), fixed(146260.05, ".2f"), fixed(-2.2e-16, "+.1%"), fixed(-1e-5, ".4f", True)
+    ('+1.45e+15%', '146260.05', '+0.0%', '0.0000')
     """
     if spec[-1:] not in ("f", "%") or not math.isfinite(value) or plain(value, spec):
         return format(value, spec)
     sign, shown = "+" if spec.startswith("+") else "", value * 100 if spec.endswith("%") else value
-    unit, text = "%" if spec.endswith("%") else "", format(value, spec)
+    unit, text = "%" if spec.endswith("%") else "", format(value, re.sub("^([+ -]?)", r"\1z", spec))  # z: no -0
     if len(text.lstrip("+-").split(".")[0].rstrip("%")) >= 10:  # 1e9 or more, rounded: 999999999.99 too
         return f"{shown:{sign}.3g}{unit}"
     if not value or value < 0 or sign or deviation or any(d in text for d in "123456789"):  # below 0: a deviation

@@ -161,6 +161,32 @@ def test_parse_sweep_range_includes_stop() -> None:
     assert eb.parse_sweep("hardware.target.name=B200,H200").values == ("B200", "H200")
 
 
+@pytest.mark.parametrize(
+    ("spec", "values"),
+    [
+        ('"x,y",z', ("x,y", "z")),  # a comma inside a JSON string is the string's
+        ('"x\\",y",z', ('x",y', "z")),  # and so is one after an escaped quote
+        ('"x,y,z', ('"x,y,z',)),  # an unclosed quote: the text as typed, as --set takes it
+    ],
+)
+def test_a_list_of_texts_splits_at_the_commas_between_items(spec: str, values: tuple[str, ...]) -> None:
+    assert eb.parse_sweep(f"hardware.target.name={spec}").values == values
+
+
+def test_minus_zero_reads_as_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    """-0.0 is 0: a cut of -0 showed as "-0" in the headline, the sensitivity table, --explain and a sweep."""
+    assert [str(v) for v in eb.parse_sweep("a=-0.0,0.1").values + eb.parse_sweep("a=-0.0:0.1:0.1").values] == [
+        "0.0", "0.1", "0.0", "0.1"
+    ]  # fmt: skip
+    cut = ("--set", "native_engine.overhead_cut=-0.0")
+    for args in (
+        [*cut, "--sensitivity"], [*cut, "--explain"], ["--sweep", "native_engine.overhead_cut=-0.0,0.1"],
+        ["--measured", "current/sglang=303.1", "--all"],  # its error, -0.003%, showed as -0.0%
+    ):  # fmt: skip
+        out = run_main(capsys, *args).out
+        assert out.count("\n") > 10 and not re.search(r"(?<![\w.])-0(?![\d.]*[1-9])", out.split("\n", 2)[2])
+
+
 def test_a_range_of_exactly_the_most_points_is_allowed() -> None:
     """0:0.8999955:9e-06 is 99,999.5 steps: 100,000 values, the limit, and not one more."""
     assert len(eb.parse_sweep("native_engine.overhead_cut=0:0.8999955:9e-06").values) == eb.MAX_SWEEP_POINTS
