@@ -1302,7 +1302,7 @@ _KEYS = [
 ]
 _text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12) | st.sampled_from(
     ["\n", "\x1b[2J", "\ud800", "1e400", "-0", "NaN", "[[[[", "{}", ",", ":", "::", "1:2:0", "0:1:1e-300", "@", "=",
-     "--"]
+     "--", "0.3" + "0" * 50_000, "0:1:" + "1" * 50_000 + "x", '"x,y",z']  # a long number: linear time, or 26 s
 )  # fmt: skip
 _numbers = st.one_of(
     st.integers(-(10**30), 10**30), st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e-300, 5e-324])
