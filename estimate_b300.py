@@ -2212,7 +2212,8 @@ def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     if isinstance(whole, list):
         typed, at, read = [], 0, json.JSONDecoder().raw_decode
         for _ in whole:  # each item's text: where the decoder starts and stops reading it
-            at = len(spec) - len(spec[at:].lstrip(" \t\n\r"))
+            while spec[at] in " \t\n\r":  # the white space JSON allows before it (an item follows)
+                at += 1
             end = read(spec, at)[1]
             typed.append(spec[at:end])
             at = spec.index(",", end) + 1 if len(typed) < len(whole) else end
