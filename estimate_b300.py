@@ -1054,7 +1054,7 @@ def _describe(value: object) -> str:
     if isinstance(value, Unheld):
         return value.written
     if isinstance(value, float) and math.isfinite(value):
-        text = f"{value:.15g}"  # 40.0 -> '40', 0.1 -> '0.1'
+        text = f"{value + 0.0:.15g}"  # 40.0 -> '40', 0.1 -> '0.1', -0.0 -> '0'
         return text if float(text) == value else repr(value)  # 0.9999999999999999, not 1, below a bound of 1
     try:
         text = json_shown(value)
@@ -1178,7 +1178,7 @@ def _number(value: object, path: str, domain: Domain = POSITIVE) -> float:
         )
     if value not in domain:
         raise CalibrationError(path, f"got {_describe(value)}; expected {domain.describe()}")
-    return value if domain.integer else float(value) + 0.0  # -0.0 + 0.0 is 0.0: a -0 shows as 0
+    return value if domain.integer else float(value)
 
 
 def _as_json(value: object, domain: Domain) -> str:
@@ -1800,7 +1800,7 @@ def number_at(doc: object, segments: PathSegments) -> float:
     """The number at a key path of a document whose numbers were validated."""
     value = get_path(doc, segments)
     assert isinstance(value, (int, float)), f"{format_path(segments)} is not a number"
-    return float(value) + 0.0  # 0, not -0, as _number reads it
+    return float(value)
 
 
 def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> object:
@@ -1889,7 +1889,7 @@ def json_float(text: str) -> float:
         raise CalibrationError(
             "", f"{shortened(text)} is {size} for a float and would read as {read}; expected a number of sensible size"
         )
-    return value
+    return value + 0.0  # -0.0 + 0.0 is 0.0: a -0 shows as 0
 
 
 class Unheld(float):
@@ -2164,7 +2164,7 @@ def parse_sweep(text: str) -> Sweep:
         values, typed = _range(*parts) if is_range else _list(spec)
         if not values:
             raise CalibrationError("", "expected V1,V2,... or START:STOP:STEP")
-        return Sweep(text, path, tuple(v + 0.0 if isinstance(v, float) else v for v in values), typed)  # no -0
+        return Sweep(text, path, values, typed)
 
 
 # A number as JSON writes it, or as .2 or 2., with the white space JSON allows around it: Decimal also takes 1_6,
@@ -2196,7 +2196,7 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     except decimal.DecimalException:
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
     whole = all(part.strip().lstrip("+-").isdigit() for part in parts)  # 16:64:16 gives 16, not 16.0
-    swept = tuple(int(v) if whole else float(v) for v in exact)
+    swept = tuple(int(v) if whole else float(v) + 0.0 for v in exact)  # + 0.0: -0 is 0
     if not whole and not all(map(math.isfinite, swept)):  # past a float: 1e400 would be swept as Infinity
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size")
     if lost := next((v for v, f in zip(exact, swept, strict=True) if v and not f), None):  # 1e-400 as 0
@@ -2226,21 +2226,35 @@ def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
 
 
 def _items(spec: str) -> list[str]:
-    """V1,V2,... split at each comma outside a JSON string: '"x,y",z' is two items, "x,y" and z."""
-    if '"' not in spec:
+    """V1,V2,... split at its commas, but for those inside an item that is a JSON string, list or object:
+    '"x,y",[1, 2],z' is three items. Any other item runs to the next comma, as --set reads it: '5",B200' is two."""
+    if not any(mark in spec for mark in '"[{'):
         return spec.split(",")
-    items, start, quoted, escaped = [], 0, False, False
-    for i, ch in enumerate(spec):
-        if escaped:
-            escaped = False
-        elif quoted and ch == "\\":
-            escaped = True
-        elif ch == '"':
-            quoted = not quoted
-        elif ch == "," and not quoted:
-            items.append(spec[start:i])
-            start = i + 1
-    return [*items, spec[start:]]
+    items, at = [], 0
+    while True:
+        first = at
+        while first < len(spec) and spec[first] in " \t\n\r":
+            first += 1
+        end = _json_item_end(spec, first) if spec[first : first + 1] in ('"', "[", "{") else -1
+        if end < 0:
+            end = spec.find(",", at)
+            end = len(spec) if end < 0 else end
+        items.append(spec[at:end])
+        if end == len(spec):
+            return items
+        at = end + 1
+
+
+def _json_item_end(spec: str, first: int) -> int:
+    """Where the JSON value that opens at `first` ends, with the white space after it, when the list's next comma
+    or its end follows; else -1 (not JSON, or more text after it)."""
+    try:
+        end = json.JSONDecoder().raw_decode(spec, first)[1]
+    except (ValueError, RecursionError):
+        return -1
+    while end < len(spec) and spec[end] in " \t\n\r":
+        end += 1
+    return end if end == len(spec) or spec[end] == "," else -1
 
 
 class SweepRow(NamedTuple):
@@ -2503,9 +2517,9 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     """A tornado (each range end alone, the others as in force) and the band over combinations of range ends.
 
     The band takes every combination of ends; with every_corner=False only the two where each assumption
-    sits at the end that moves the estimate the same way, the way read inside the ranges. That is the whole
-    band wherever each assumption moves the estimate one way throughout the ranges (as for the shipped
-    calibration: a test checks).
+    sits at the end that moves the estimate the same way, the way read inside the ranges (an assumption that
+    moves nothing there takes both its ends). That is the whole band wherever each assumption moves the
+    estimate one way throughout the ranges (as for the shipped calibration: a test checks).
     """
     place = median_place(drafter_named(cal, spec.drafter))  # a range on that accept moves the scenario
     base = scenario_for(cal, spec, "--scenario", place)
@@ -2539,7 +2553,7 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     ends = [(r.low, r.high) for r in cal.ranges]
     corners: list[Sequence[float]] = list(itertools.product(*ends))
     if not every_corner:  # the ends that raise the estimate, and those that lower it, read inside the ranges
-        up = [row.tok_s_at_high >= row.tok_s_at_low for row in rows]
+        moves = [(row.tok_s_at_low, row.tok_s_at_high) for row in rows]
         inside = [min(max(row.value, row.low), row.high) for row in rows]
         if inside != [row.value for row in rows]:  # a value in force outside its range: read at its nearest end
             centre = list(zip(paths, inside, strict=True))
@@ -2548,8 +2562,15 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
             def at(path: PathSegments, end: float) -> float:
                 return estimate_at([(q, end if q == path else v) for q, v in centre], start, [(path, end)])[0]
 
-            up = [at(p, r.high) >= at(p, r.low) for r, p in zip(cal.ranges, paths, strict=True)]
-        corners = [[end[u] for end, u in zip(ends, up, strict=True)] for up in (up, [not u for u in up])]
+            moves = [(at(p, r.low), at(p, r.high)) for r, p in zip(cal.ranges, paths, strict=True)]
+        ups = [None if abs(hi - lo) <= ROUNDING * max(hi, lo) else hi > lo for lo, hi in moves]
+
+        def toward(raising: bool) -> list[Sequence[float]]:
+            """The end of each range that moves the estimate that way; both ends of one that moves nothing where its
+            way is read, since it may move the estimate elsewhere."""
+            return [[end[up == raising]] if up is not None else end for end, up in zip(ends, ups, strict=True)]
+
+        corners = list(dict.fromkeys(c for raising in (True, False) for c in itertools.product(*toward(raising))))
 
     def band_of(chunk: Sequence[Sequence[float]]) -> list[float]:
         """tok/s at each corner of the chunk, each from the one before, which in this order it differs from in an
@@ -3610,10 +3631,17 @@ def _glued(numbers: re.Match[str]) -> str:
 
 def _kept(cell: str) -> str:
     """A cell's text with a name and the number it equals on one line ("block+1 = 17", not "block+1 =" above "17"),
-    and a footnote's mark on the line of the word it marks ("run [1]", not "[1]" alone)."""
+    and a footnote's mark with the word it marks ("run [1]", not "[1]" alone). A chain of either (a = 1 = 2, or
+    word [1] [2]) is not glued past its first pair, so that no glued word grows longer than two of its own."""
     if " = " not in cell and " [" not in cell:
         return cell
-    return re.sub(r" = (?=-?\d)| (?=\[\d+\])", lambda m: m.group(0).replace(" ", GLUE), cell)
+
+    def glued(pair: re.Match[str]) -> str:
+        in_chain = pair["number"] and (cell.endswith("= ", 0, pair.start()) or cell.startswith(" =", pair.end()))
+        return pair[0] if in_chain else pair[0].replace(" ", GLUE)
+
+    # each part matches one way, from the start of a word or at one space: linear in the longest text
+    return re.sub(r"(?<!\S)\S++ = (?P<number>-?\d[\d.]*+)|(?<=[^\]\s]) (?=\[\d+\])", glued, cell)
 
 
 class Style(NamedTuple):
@@ -3722,18 +3750,20 @@ class Section(NamedTuple):
     body: str  # a table, and any lines under it
 
 
-def _header_line(report: Report) -> str:
+def _header_line(report: Report, tie: str = " ") -> str:
     """The provenance line every output carries: tool version, calibration file and hash, overrides, and the
-    throughputs --measured logged and the values --fit or --solve found, so that the line says how to run it again."""
+    throughputs --measured logged and the values --fit or --solve found, so that the line says how to run it again.
+    `tie` follows each label (sha256, overrides:, ...): GLUE keeps the label on the line of what it names."""
     prov = report.provenance
     overrides = ", ".join(prov.overrides) or "none"
-    file = f"{prov.calibration_file}, sha256 {prov.calibration_sha256}"
-    line = f"estimate_b300 {prov.tool_version}; {file}; overrides: {overrides}"
-    line += f"; measured: {', '.join(prov.measurements_added)}" if prov.measurements_added else ""
+    file = f"{prov.calibration_file}, sha256{tie}{prov.calibration_sha256}"
+    line = f"estimate_b300 {prov.tool_version}; {file}; overrides:{tie}{overrides}"
+    line += f"; measured:{tie}{', '.join(prov.measurements_added)}" if prov.measurements_added else ""
     if report.solve:
-        line += f"; solved: {report.solve.found.path} for {report.solve.scenario}={_describe(report.solve.observed)}"
+        solved = f"{report.solve.found.path} for {report.solve.scenario}={_describe(report.solve.observed)}"
+        line += f"; solved:{tie}{solved}"
     elif report.fit:
-        line += f"; fitted: {', '.join(v.path for v in report.fit.values)}"
+        line += f"; fitted:{tie}{', '.join(v.path for v in report.fit.values)}"
     return line
 
 
@@ -4258,8 +4288,7 @@ def mermaid_chart(scenarios: Sequence[Scenario]) -> str:
 
 
 def render_tables(report: Report, style: Style) -> Iterable[str]:
-    header = re.sub("(sha256|overrides:|measured:|fitted:|solved:) ", rf"\1{GLUE}", _header_line(report))  # and value
-    parts = [f"{style.wrap(header, '  ')}\n{_title(report)}"]
+    parts = [f"{style.wrap(_header_line(report, GLUE), '  ')}\n{style.wrap(_title(report), '  ')}"]
     if report.sweep is None:
         parts.append("\n".join(style.wrap(line, "  ") for line in headline_lines(report)))
     parts += [f"{style.wrap(s.title)}\n{s.body}".rstrip("\n") for s in sections(report, style)]

@@ -108,6 +108,22 @@ def test_wrapping_keeps_a_mark_a_hash_and_an_equation_with_their_words(
     assert max(map(len, lines)) <= 80
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "word [1] [2] [3] [4] [5] [6] [7] [8] [9] [10] [11] [12] [13] [14] [15] [16] [17]",
+        "a = 1 = 2 = 3 = 4 = 5 = 6 = 7 = 8 = 9 = 10 = 11 = 12 = 13 = 14 = 15 = 16",
+        " ".join(["sha256"] * 14),
+    ],
+)
+def test_a_chain_of_what_wrapping_keeps_together_still_wraps(capsys: pytest.CaptureFixture[str], text: str) -> None:
+    """Only a pair is kept on one line, a mark with its word or a number with its name: a chain of them in a
+    name glued whole was 144 characters wide. The title, which names the target, wraps too."""
+    for key in ("anchors.measured_on", "hardware.target.name"):
+        out = run_main(capsys, "--all", "--set", f"{key}={text}").out
+        assert max(map(len, out.splitlines())) <= 80 and "\0" not in out
+
+
 @pytest.mark.parametrize("spec_scale", ["10", "1000"])
 def test_the_headline_band_reads_its_corners_inside_the_ranges(
     capsys: pytest.CaptureFixture[str], spec_scale: str
@@ -121,6 +137,26 @@ def test_the_headline_band_reads_its_corners_inside_the_ranges(
     band = f"spans {tornado['band']['tok_s_min']:.0f} to {tornado['band']['tok_s_max']:.0f} tok/s"
     assert band == "spans 640 to 1243 tok/s"  # the shipped band: every range as shipped
     assert band in flat(run_main(capsys, *scale).out)
+
+
+def test_an_assumption_that_moves_nothing_where_its_way_is_read_takes_both_its_ends(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Anchors that leave SPEC exactly 0 at ddtree.tok_s = 500: spec_scale moves nothing there, but at 450, where
+    SPEC > 0, a larger one slows the stronger drafter. The two corners read from 500 gave 1352 to 1480."""
+    curve = '[{"m": 1, "ms": 1.0}, {"m": 9, "ms": 2.0}, {"m": 32, "ms": 5.0}]'
+    ranges = {
+        "anchors.ddtree.tok_s": {"low": 450, "high": 500, "source": "x"},
+        "stronger_drafter.spec_scale": {"low": 1.5, "high": 4, "source": "x"},
+    }
+    sets = [
+        "hardware.target.mem_bandwidth_tb_s=1.8", "anchors.ar_tok_s=125", f"moe_curve.points={curve}",
+        "anchors.ddtree.accept=4.5", "anchors.ddtree.tok_s=500", f"ranges={json.dumps(ranges)}",
+    ]  # fmt: skip
+    args = [part for value in sets for part in ("--set", value)]
+    band = run_main(capsys, *args, "--sensitivity", "--format", "json").json()["sensitivity"]["band"]
+    assert (round(band["tok_s_min"]), round(band["tok_s_max"])) == (1181, 1480)
+    assert "spans 1181 to 1480 tok/s" in flat(run_main(capsys, *args).out)
 
 
 def test_a_range_is_not_broken_at_its_dash(capsys: pytest.CaptureFixture[str]) -> None:

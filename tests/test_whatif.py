@@ -166,7 +166,9 @@ def test_parse_sweep_range_includes_stop() -> None:
     [
         ('"x,y",z', ("x,y", "z")),  # a comma inside a JSON string is the string's
         ('"x\\",y",z', ('x",y', "z")),  # and so is one after an escaped quote
-        ('"x,y,z', ('"x,y,z',)),  # an unclosed quote: the text as typed, as --set takes it
+        ('"x,y,z', ('"x', "y", "z")),  # not a JSON string: texts up to each comma, as --set takes them
+        ('5",B200', ('5"', "B200")),  # a quote inside a text opens nothing
+        ('[12, 14],"a,b" , {"c": [1, 2]},z', ([12, 14], "a,b", {"c": [1, 2]}, "z")),
     ],
 )
 def test_a_list_of_texts_splits_at_the_commas_between_items(spec: str, values: tuple[str, ...]) -> None:
