@@ -2559,10 +2559,10 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
             centre = list(zip(paths, inside, strict=True))
             start = estimate_at(centre)[1]
 
-            def at(path: PathSegments, end: float) -> float:
+            def tok_s_at(path: PathSegments, end: float) -> float:  # the range's end, the others at the centre
                 return estimate_at([(q, end if q == path else v) for q, v in centre], start, [(path, end)])[0]
 
-            moves = [(at(p, r.low), at(p, r.high)) for r, p in zip(cal.ranges, paths, strict=True)]
+            moves = [(tok_s_at(p, r.low), tok_s_at(p, r.high)) for r, p in zip(cal.ranges, paths, strict=True)]
         ups = [None if abs(hi - lo) <= ROUNDING * max(hi, lo) else hi > lo for lo, hi in moves]
 
         def toward(raising: bool) -> list[Sequence[float]]:
