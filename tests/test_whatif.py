@@ -171,7 +171,7 @@ def test_parse_sweep_range_includes_stop() -> None:
         ('[12, 14],"a,b" , {"c": [1, 2]},z', ([12, 14], "a,b", {"c": [1, 2]}, "z")),
     ],
 )
-def test_a_list_of_texts_splits_at_the_commas_between_items(spec: str, values: tuple[str, ...]) -> None:
+def test_a_list_of_texts_splits_at_the_commas_between_items(spec: str, values: tuple[object, ...]) -> None:
     assert eb.parse_sweep(f"hardware.target.name={spec}").values == values
 
 
