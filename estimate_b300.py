@@ -3620,28 +3620,30 @@ def code_span(text: str) -> str:
     return f"{fence} {text} {fence}" if len(fence) > 1 else f"`{text}`"
 
 
-GLUE = "\0"  # a space that Style.wrap does not break at (text that reaches it is printable: it holds none)
+GLUE = "\0"  # a space that wrapping does not break at (text that reaches it is printable: it holds none)
 
 
-def _glued(numbers: re.Match[str]) -> str:
-    """A range, 7.7 - 8, that wrapping does not break at its dash; a run of them, 1 - 2 - 3, it may."""
-    text = numbers.group(0)
-    return text.replace(" - ", f"{GLUE}-{GLUE}") if text.count(" - ") == 1 else text
-
-
-def _kept(cell: str) -> str:
-    """A cell's text with a name and the number it equals on one line ("block+1 = 17", not "block+1 =" above "17"),
-    and a footnote's mark with the word it marks ("run [1]", not "[1]" alone). A chain of either (a = 1 = 2, or
-    word [1] [2]) is not glued past its first pair, so that no glued word grows longer than two of its own."""
-    if " = " not in cell and " [" not in cell:
-        return cell
+def _kept(text: str) -> str:
+    """Text with GLUE where wrapping must not break it, in a paragraph or a table's cell: a range ("7.7 - 8", not
+    "7.7 -" above "8", read as a minus), a name and the number it equals ("block+1 = 17", not "block+1 =" above
+    "17"), a footnote's mark and the word it marks ("run [1]", not "[1]" alone). A chain of any of them (1 - 2 - 3,
+    a = 1 = 2, word [1] [2]) is glued at most a pair, so that no glued word grows longer than two of its own."""
+    if " - " in text:
+        text = re.sub(r"(?<![\d.])\d[\d.]*+(?: - -?\d[\d.]*+)+", _glued_range, text)  # linear in a long number too
+    if " = " not in text and " [" not in text:
+        return text
 
     def glued(pair: re.Match[str]) -> str:
-        in_chain = pair["number"] and (cell.endswith("= ", 0, pair.start()) or cell.startswith(" =", pair.end()))
+        in_chain = pair["number"] and (text.endswith("= ", 0, pair.start()) or text.startswith(" =", pair.end()))
         return pair[0] if in_chain else pair[0].replace(" ", GLUE)
 
     # each part matches one way, from the start of a word or at one space: linear in the longest text
-    return re.sub(r"(?<!\S)\S++ = (?P<number>-?\d[\d.]*+)|(?<=[^\]\s]) (?=\[\d+\])", glued, cell)
+    return re.sub(r"(?<!\S)\S++ = (?P<number>-?\d[\d.]*+)|(?<=[^\]\s]) (?=\[\d+\])", glued, text)
+
+
+def _glued_range(numbers: re.Match[str]) -> str:
+    text = numbers.group(0)
+    return text.replace(" - ", f"{GLUE}-{GLUE}") if text.count(" - ") == 1 else text
 
 
 class Style(NamedTuple):
@@ -3660,9 +3662,8 @@ class Style(NamedTuple):
             return markdown_text(text)
         import textwrap
 
-        kept = re.sub(r"(?<![\d.])\d[\d.]*+(?: - -?\d[\d.]*+)+", _glued, text)  # linear in a long number too
         lines = textwrap.fill(
-            kept, self.width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+            _kept(text), self.width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
         )
         return lines.replace(GLUE, " ")
 
@@ -3718,9 +3719,8 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     every: list[Sequence[object]] = [*cells, headers]
     width = {i: max(len(str(r[i] or "")) for r in every) for i in text}  # of each text column, as it stands
     # the least width of a text column: its longest word, its header (tabulate does not wrap those), or 12
-    least = {
-        i: max([12, len(headers[i]), *(len(w) for r in cells for w in _kept(str(r[i] or "")).split())]) for i in text
-    }
+    kept = {i: [_kept(c) if isinstance(c := r[i], str) else c for r in cells] for i in text}  # as wrapping sees them
+    least = {i: max([12, len(headers[i]), *(len(w) for c in kept[i] for w in str(c or "").split())]) for i in text}
     wrapped = {i: [r[i] for r in cells] for i in text}  # its cells at that width
     while True:
         out: str = tabulate(
@@ -3739,9 +3739,7 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
         widest = max(narrower, key=width.__getitem__)
         width[widest] = max(least[widest], width[widest] - excess)
         fill = functools.partial(textwrap.fill, width=width[widest], break_long_words=False, break_on_hyphens=False)
-        wrapped[widest] = [
-            fill(_kept(cell)).replace(GLUE, " ") if isinstance(cell := row[widest], str) else cell for row in cells
-        ]
+        wrapped[widest] = [fill(cell).replace(GLUE, " ") if isinstance(cell, str) else cell for cell in kept[widest]]
 
 
 class Section(NamedTuple):
