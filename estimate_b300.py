@@ -2212,8 +2212,7 @@ def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     if isinstance(whole, list):
         typed, at, read = [], 0, json.JSONDecoder().raw_decode
         for _ in whole:  # each item's text: where the decoder starts and stops reading it
-            while spec[at] in " \t\n\r":  # the white space JSON allows before it (an item follows)
-                at += 1
+            at = _past_blank(spec, at)
             end = read(spec, at)[1]
             typed.append(spec[at:end])
             at = spec.index(",", end) + 1 if len(typed) < len(whole) else end
@@ -2232,9 +2231,7 @@ def _items(spec: str) -> list[str]:
         return spec.split(",")
     items, at = [], 0
     while True:
-        first = at
-        while first < len(spec) and spec[first] in " \t\n\r":
-            first += 1
+        first = _past_blank(spec, at)
         end = _json_item_end(spec, first) if spec[first : first + 1] in ('"', "[", "{") else -1
         if end < 0:
             end = spec.find(",", at)
@@ -2252,9 +2249,15 @@ def _json_item_end(spec: str, first: int) -> int:
         end = json.JSONDecoder().raw_decode(spec, first)[1]
     except (ValueError, RecursionError):
         return -1
-    while end < len(spec) and spec[end] in " \t\n\r":
-        end += 1
+    end = _past_blank(spec, end)
     return end if end == len(spec) or spec[end] == "," else -1
+
+
+def _past_blank(spec: str, at: int) -> int:
+    """Where the white space JSON allows, from `at` on, ends."""
+    while at < len(spec) and spec[at] in " \t\n\r":
+        at += 1
+    return at
 
 
 class SweepRow(NamedTuple):
