@@ -1104,11 +1104,6 @@ def _unknown(key: str, candidates: Iterable[str], fallback: str, prefix: str = "
     return f"did you mean {prefix}{near}?" if near else fallback
 
 
-def _not_a_number(key: str, numbers: Iterable[str]) -> str:
-    hint = _unknown(key, numbers, "expected the key path of a number, e.g. native_engine.overhead_cut")
-    return f"not a number of the calibration ({hint})"
-
-
 NOT_ASSUMED = ("ranges.", "measurements")  # numbers that are not the model's assumptions: see `assumptions`
 
 
@@ -1150,7 +1145,8 @@ def not_an_assumption(key: str, domains: dict[str, Domain], varied_by: str) -> s
             return f"holds one number {varied_by} may vary; expected its key path, {inside[0]}"
         shown = ", ".join(inside[:3]) + (", ..." if len(inside) > 3 else "")
         return f"holds {len(inside)} numbers {varied_by} may vary ({shown}); expected the key path of one of them"
-    return _not_a_number(key, assumptions(domains))
+    hint = _unknown(key, assumptions(domains), "expected the key path of a number, e.g. native_engine.overhead_cut")
+    return f"not a number of the calibration ({hint})"
 
 
 def _closest(word: str, candidates: Iterable[str]) -> str | None:
