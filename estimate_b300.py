@@ -1253,11 +1253,6 @@ class _Reader:
     def child(self, key: str) -> "_Reader":
         return _Reader(self.raw(key, "an object"), self.at(key), self.domains, self.root)
 
-    def optional_child(self, key: str) -> "_Reader | None":
-        """The object at key, or None when the key is absent (null is present, and not an object)."""
-        self.known[key] = None  # a known key even when absent: `<key>_source` may document its absence
-        return self.child(key) if key in self.data else None
-
     def element(self, path: str, item: object) -> "_Reader":
         return _Reader(item, path, self.domains, self.root)
 
@@ -1290,8 +1285,8 @@ class _Reader:
             raise self.error(key, "is blank; expected a text with at least one visible character")
         return printable(value)
 
-    def items(self, key: str, fewest: int = 1, most: int = 1000) -> list[object]:
-        value = self.raw(key, "a list")
+    def items(self, key: str, fewest: int = 1, most: int = 1000, default: object = _REQUIRED) -> list[object]:
+        value = self.raw(key, "a list", default)
         if not isinstance(value, list):
             raise self.error(key, f"got {_kind(value)}; expected a list")
         if not fewest <= len(value) <= most:
@@ -1407,11 +1402,8 @@ def _read_stronger_drafter(sd: _Reader) -> StrongerDrafter:
 
 def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
     """The optional `measurements` list; an accept length is checked against its tree in _checked()."""
-    if "measurements" not in top.data:
-        top.raw("measurements", "a list", None)
-        return ()
     found = []
-    for i, item in enumerate(top.items("measurements", fewest=0, most=MAX_MEASUREMENTS)):
+    for i, item in enumerate(top.items("measurements", fewest=0, most=MAX_MEASUREMENTS, default=[])):
         entry = top.element(f"measurements[{i}]", item)
         autoregressive = entry.string("decode", ("ddtree", "autoregressive"), "ddtree") == "autoregressive"
         if autoregressive and (
@@ -1549,9 +1541,9 @@ def _values_only(cal: Calibration, changed: Iterable[PathSegments]) -> bool:
 def _read_section(top: _Reader, key: str) -> object:
     """A section read by its reader; None for an optional section that is absent."""
     read, handed = SECTIONS[key]
-    if handed == "optional":
-        section = top.optional_child(key)
-        return None if section is None else read(section)
+    if handed == "optional" and key not in top.data:  # null is there, and not an object
+        top.raw(key, "an object", None)  # a known key even when absent: `<key>_source` may document its absence
+        return None
     return read(top if handed == "top" else top.child(key))
 
 
