@@ -1309,7 +1309,6 @@ def _read_hardware(hw: _Reader) -> Hardware:
         gpu = hw.child(role)
         gpus.append(Gpu(gpu.string("name"), gpu.number("mem_bandwidth_tb_s")))
         gpu.finish()
-    hw.finish()
     return Hardware(*gpus)
 
 
@@ -1327,7 +1326,6 @@ def _read_model(section: _Reader) -> ModelGeometry:
             "experts_per_token",
             f"{model.experts_per_token} exceeds routed_experts = {model.routed_experts}; expected at most that",
         )
-    section.finish()
     return model
 
 
@@ -1339,9 +1337,7 @@ def _read_curve(curve: _Reader) -> MoeCurve:
             raise CalibrationError(f"{curve.at('points')}[{i}].m", f"M = {point.m} appears twice; expected each M once")
         seen.add(point.m)
         points.append(point)
-    fit = curve.string("fit", CURVE_FITS, "linear")
-    curve.finish()
-    return MoeCurve(tp, CurvePoints(sorted(points)), fit)
+    return MoeCurve(tp, CurvePoints(sorted(points)), curve.string("fit", CURVE_FITS, "linear"))
 
 
 def _read_point(curve: _Reader, position: int, item: object) -> CurvePoint:
@@ -1364,23 +1360,17 @@ def _read_anchors(anchors: _Reader) -> Anchors:
     accept = dd.accept(dd.at("accept"), dd.raw("accept", ACCEPT.describe()), block, budget)
     ddtree = DdtreeAnchor(block, budget, accept, dd.number("tok_s"))
     dd.finish()
-    measured_on = anchors.string("measured_on", default="") or None
-    anchors.finish()
-    return Anchors(ar_tok_s, ddtree, measured_on)
+    return Anchors(ar_tok_s, ddtree, anchors.string("measured_on", default="") or None)
 
 
 def _read_sglang(section: _Reader) -> SglangPipeline:
     """The optional `sglang` section: the largest budget the SGLang pipeline can verify, and why."""
     reason = section.data.get("max_budget_source", section.data.get("source", ""))
-    pipeline = SglangPipeline(section.count("max_budget"), printable(reason) if isinstance(reason, str) else "")
-    section.finish()
-    return pipeline
+    return SglangPipeline(section.count("max_budget"), printable(reason) if isinstance(reason, str) else "")
 
 
 def _read_native_engine(native: _Reader) -> NativeEngine:
-    engine = NativeEngine(native.number("overhead_cut", Domain(0.0, 1.0, low_open=False)))  # none of it, up to all
-    native.finish()
-    return engine
+    return NativeEngine(native.number("overhead_cut", Domain(0.0, 1.0, low_open=False)))  # none of it, up to all
 
 
 def _read_stronger_drafter(sd: _Reader) -> StrongerDrafter:
@@ -1395,9 +1385,7 @@ def _read_stronger_drafter(sd: _Reader) -> StrongerDrafter:
             raise sd.error(f"accept[{i}]", f"{_describe(value)} {clash}; expected each accept length once, distinct "
                                            "in its first 6 digits")  # fmt: skip
         shown[text] = i
-    stronger = StrongerDrafter(block, budget, tuple(accepts), sd.number("attn_base_scale"), sd.number("spec_scale"))
-    sd.finish()
-    return stronger
+    return StrongerDrafter(block, budget, tuple(accepts), sd.number("attn_base_scale"), sd.number("spec_scale"))
 
 
 def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
@@ -1466,13 +1454,13 @@ def _read_ranges(section: _Reader) -> tuple[Range, ...]:
                     )
         ranges.append(Range(key, low, high, entry.string("source")))
         entry.finish()
-    section.finish()  # its own `source` and `note`: texts
     return tuple(ranges)
 
 
 # Each top-level section, its reader and what the reader is handed, in the order they are read: `ranges` last,
 # since its ends are checked against the domains of every number before it. A sweep re-reads only the sections it
 # changes. An optional section that is absent reads as None; `measurements`, a list, is read from the top level.
+# A reader reads the keys it knows; _read_section() then rejects any other key of the section, with finish().
 SECTIONS: dict[str, tuple[Callable[[Any], object], str]] = {
     "hardware": (_read_hardware, "object"),
     "model": (_read_model, "optional"),
@@ -1541,10 +1529,15 @@ def _values_only(cal: Calibration, changed: Iterable[PathSegments]) -> bool:
 def _read_section(top: _Reader, key: str) -> object:
     """A section read by its reader; None for an optional section that is absent."""
     read, handed = SECTIONS[key]
+    if handed == "top":
+        return read(top)
     if handed == "optional" and key not in top.data:  # null is there, and not an object
         top.raw(key, "an object", None)  # a known key even when absent: `<key>_source` may document its absence
         return None
-    return read(top if handed == "top" else top.child(key))
+    section = top.child(key)
+    value = read(section)
+    section.finish()
+    return value
 
 
 def _checked(cal: Calibration, read: Container[str]) -> Calibration:
