@@ -1400,11 +1400,8 @@ def _read_measurements(top: _Reader) -> tuple[Measurement, ...]:
             raise entry.error(tree, f'an autoregressive run has no {tree}; expected it only with "decode": "ddtree"')
         drafter = None if autoregressive else entry.string("drafter", DRAFTERS)
         pipeline = entry.string("pipeline", PIPELINES)
-        block = budget = accept = None
-        if not autoregressive:
-            block = entry.count("block") if "block" in entry.data else None
-            budget = entry.count("budget") if "budget" in entry.data else None
-            accept = entry.number("accept", ACCEPT)
+        block, budget = (entry.count(key) if key in entry.data else None for key in ("block", "budget"))
+        accept = None if autoregressive else entry.number("accept", ACCEPT)
         tok_s = entry.number("tok_s", THROUGHPUT)
         shape = ", ".join(f"{key} {size}" for key, size in (("block", block), ("budget", budget)) if size is not None)
         default_label = f"AR/{pipeline}" if autoregressive else f"{drafter}/{pipeline}@{accept:g}"
