@@ -1222,17 +1222,16 @@ class _Reader:
     def __init__(self, data: object, path: str, domains: dict[str, Domain] | None, root: object = None) -> None:
         if not isinstance(data, dict):
             raise CalibrationError(path or "(top level)", f"got {_kind(data)}; expected an object")
+        self.data: dict[str, object] = data
+        self.path, self.domains = path, domains
+        self.root = data if root is None else root  # the whole document: ranges read values in force from it
+        self.known: dict[str, None] = {}  # the keys asked for, in order
         for key, value in data.items():
             if len(key) > MAX_TEXT:
                 message = f"has a key of {len(key):,} characters ({_describe(key)}); expected at most {MAX_TEXT:,}"
                 raise CalibrationError(path or "(top level)", message)
             if isinstance(value, str) and len(value) > MAX_TEXT:
-                where = f"{path}.{key}" if path else key
-                raise CalibrationError(where, f"has {len(value):,} characters; expected at most {MAX_TEXT:,}")
-        self.data: dict[str, object] = data
-        self.path, self.domains = path, domains
-        self.root = data if root is None else root  # the whole document: ranges read values in force from it
-        self.known: dict[str, None] = {}  # the keys asked for, in order
+                raise self.error(key, f"has {len(value):,} characters; expected at most {MAX_TEXT:,}")
 
     def at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
