@@ -2209,18 +2209,15 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
 def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     """The values of V1,V2,... and each as typed: JSON as a whole, else each item JSON or a string."""
     whole = parse_value(f"[{spec}]", within=1)
+    if whole == []:  # no value at all: parse_sweep says so
+        return (), ()
+    items = _items(spec)
     if isinstance(whole, list):
-        typed, at, read = [], 0, json.JSONDecoder().raw_decode
-        for _ in whole:  # each item's text: where the decoder starts and stops reading it
-            at = _past_blank(spec, at)
-            end = read(spec, at)[1]
-            typed.append(spec[at:end])
-            at = spec.index(",", end) + 1 if len(typed) < len(whole) else end
-        return tuple(whole), tuple(typed)
-    items = _items(spec)  # not JSON as a whole: each item on its own, a string if not JSON
-    if empty := [i for i, item in enumerate(items, 1) if not item.strip()]:
-        raise CalibrationError("", f"item {empty[0]} of {len(items)} is empty; expected a value between the commas")
-    values = tuple(map(parse_value, items))  # JSON with the white space JSON allows around it, else the item whole
+        values = tuple(whole)
+    else:  # not JSON as a whole: each item on its own, a string if not JSON
+        if empty := [i for i, item in enumerate(items, 1) if not item.strip()]:
+            raise CalibrationError("", f"item {empty[0]} of {len(items)} is empty; expected a value between the commas")
+        values = tuple(map(parse_value, items))  # JSON with the white space JSON allows around it, else the item
     return values, tuple(v if v == item else item.strip(" \t\n\r") for v, item in zip(values, items, strict=True))
 
 
