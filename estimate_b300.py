@@ -2092,6 +2092,7 @@ def _start_worker(
         return None
     if pid == 0:  # the worker, which never returns; a task that fails ends it, and the parent does that task
         try:
+            import pickle
             import signal
 
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held while the parent forked it
@@ -2101,22 +2102,15 @@ def _start_worker(
             for worker in filter(None, started):
                 worker[1].close()
             with os.fdopen(fd_out, "wb") as out:
-                _send_results(tasks, out)
+                for task in tasks:  # each result pickled, its size first
+                    data = pickle.dumps(task(), pickle.HIGHEST_PROTOCOL)
+                    out.write(len(data).to_bytes(8, "little"))
+                    out.write(data)
+                    out.flush()
         finally:  # whatever happened, even Ctrl-C: not through the interpreter's exit, which would flush
             os._exit(0)  # the buffers that the parent holds too
     os.close(fd_out)
     return pid, os.fdopen(fd_in, "rb")
-
-
-def _send_results(tasks: Sequence[Callable[[], object]], out: BinaryIO) -> None:
-    """A worker's loop: each task's result pickled, its size first."""
-    import pickle
-
-    for task in tasks:
-        data = pickle.dumps(task(), pickle.HIGHEST_PROTOCOL)
-        out.write(len(data).to_bytes(8, "little"))
-        out.write(data)
-        out.flush()
 
 
 def _received(pipe: BinaryIO) -> bytes | None:
