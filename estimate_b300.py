@@ -2176,18 +2176,15 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     try:
         start, stop, step_size = [decimal.Decimal(part) for part in parts]
         steps = (stop - start) / step_size if step_size else decimal.Decimal(-1)
-    except decimal.DecimalException:  # past the exponents decimal holds: 1e1000000
-        raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
-    if steps < 0:
-        typed = [shortened(part) for part in parts]
-        raise CalibrationError("", f"a step of {typed[2]} never goes from {typed[0]} to {typed[1]}")
-    values = steps.to_integral_value(decimal.ROUND_FLOOR) + 1  # a Decimal: 1e400 steps stay cheap
-    if values > MAX_SWEEP_POINTS:
-        count = f"{int(values):,}" if values < 10**12 else f"about {values:.2e}"
-        raise CalibrationError("", f"{count} values; expected at most {MAX_SWEEP_POINTS:,}")
-    try:
+        if steps < 0:
+            typed = [shortened(part) for part in parts]
+            raise CalibrationError("", f"a step of {typed[2]} never goes from {typed[0]} to {typed[1]}")
+        values = steps.to_integral_value(decimal.ROUND_FLOOR) + 1  # a Decimal: 1e400 steps stay cheap
+        if values > MAX_SWEEP_POINTS:
+            count = f"{int(values):,}" if values < 10**12 else f"about {values:.2e}"
+            raise CalibrationError("", f"{count} values; expected at most {MAX_SWEEP_POINTS:,}")
         exact = [start + i * step_size for i in range(int(steps) + 1)]
-    except decimal.DecimalException:
+    except decimal.DecimalException:  # past the exponents decimal holds: 1e1000000
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
     whole = all(part.strip().lstrip("+-").isdigit() for part in parts)  # 16:64:16 gives 16, not 16.0
     swept = tuple(int(v) if whole else float(v) + 0.0 for v in exact)  # + 0.0: -0 is 0
