@@ -2379,15 +2379,21 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
 def most_scenarios(cal: Calibration, sweeps: Sequence[Sweep]) -> int:
     """The most scenarios a point of the sweep may have: each drafter's accept lengths on each pipeline, the
     stronger one's the longest list that the calibration or a swept value gives it."""
-    accept = ("stronger_drafter", "accept")
-    lengths = [len(cal.stronger_drafter.accept)]
-    for sweep in (s for s in sweeps if at_or_inside(accept, s.path)):  # its values replace the list at every point
-        lengths = [1]
+    accept = longest_list(("stronger_drafter", "accept"), len(cal.stronger_drafter.accept), sweeps)
+    return len(PIPELINES) * (1 + min(max(1, accept), MAX_ITEMS["accept"]))
+
+
+def longest_list(path: PathSegments, length: int, sweeps: Sequence[Sweep]) -> int:
+    """The longest list at `path` over the points of the sweeps: `length`, the calibration's, unless a sweep at or
+    around `path` replaces it at every point; then the longest list a swept value gives."""
+    replacing = [s for s in sweeps if at_or_inside(path, s.path)]
+    lengths = [] if replacing else [length]
+    for sweep in replacing:
         for value in sweep.values:
             with contextlib.suppress(CalibrationError):  # a value without a list there fails its point's check
-                listed = get_path(value, accept[len(sweep.path) :])
+                listed = get_path(value, path[len(sweep.path) :])
                 lengths += [len(listed)] if isinstance(listed, list) else []
-    return len(PIPELINES) * (1 + min(max(lengths), MAX_ITEMS["accept"]))
+    return max(lengths, default=0)
 
 
 # What the physical cross-check reads of the curve. A swept value at, inside or around one of these makes it read
@@ -2402,13 +2408,6 @@ def curve_rereads(cal: Calibration, sweeps: Sequence[Sweep]) -> tuple[int, int]:
     reaches it, for each of its values at each outer one when the caches cannot hold them all. The curve is the
     calibration's, or the longest list a sweep puts in its place."""
     points = CROSS_CHECKED[-1]
-    replacing = [s for s in sweeps if at_or_inside(points, s.path)]  # the swept values replace the list
-    lengths = [len(cal.moe_curve.points)] if not replacing else []
-    for sweep in replacing:
-        for value in sweep.values:
-            with contextlib.suppress(CalibrationError):  # a value without a list there fails its point's check
-                listed = get_path(value, points[len(sweep.path) :])
-                lengths += [len(listed)] if isinstance(listed, list) else []
     reaching = [
         sweep for sweep in sweeps
         if any(at_or_inside(sweep.path, c) or at_or_inside(c, sweep.path) for c in CROSS_CHECKED)
@@ -2416,7 +2415,7 @@ def curve_rereads(cal: Calibration, sweeps: Sequence[Sweep]) -> tuple[int, int]:
         and not (len(sweep.path) > len(points) and at_or_inside(sweep.path, points) and cal.moe_curve.fit != "experts")
         and (cal.model is not None or at_or_inside(("model",), sweep.path))  # without a model, no cross-check
     ]  # fmt: skip
-    curve = max(lengths, default=0) if reaching else 0
+    curve = longest_list(points, len(cal.moe_curve.points), sweeps) if reaching else 0
     times = math.prod(len(s.values) for s in reaching)
     if reaching == [sweeps[-1]] and len(sweeps) > 1 and times > CURVES_HELD:
         times *= len(sweeps[0].values)
