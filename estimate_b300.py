@@ -1856,13 +1856,12 @@ class Override(NamedTuple):
     value: object
 
 
-def parse_assignment(option: str, text: str) -> tuple[PathSegments, str]:
-    """'KEY.PATH=VALUE' -> (segments, 'VALUE'); errors name the option."""
+def parse_assignment(text: str) -> tuple[PathSegments, str]:
+    """'KEY.PATH=VALUE' -> (segments, 'VALUE')."""
     key, sep, value = text.partition("=")
-    with naming(option, text):
-        if not sep or not key:
-            raise CalibrationError("", "expected KEY.PATH=VALUE, e.g. native_engine.overhead_cut=0.3")
-        return parse_path(key), value
+    if not sep or not key:
+        raise CalibrationError("", "expected KEY.PATH=VALUE, e.g. native_engine.overhead_cut=0.3")
+    return parse_path(key), value
 
 
 @contextlib.contextmanager
@@ -1949,8 +1948,8 @@ def _each_key_once(pairs: list[tuple[str, object]]) -> dict[str, object]:
 
 
 def parse_override(text: str) -> Override:
-    path, value = parse_assignment("--set", text)
     with naming("--set", text):
+        path, value = parse_assignment(text)
         return Override(text, path, parse_value(value))
 
 
@@ -2151,8 +2150,8 @@ def parse_sweep(text: str) -> Sweep:
     >>> parse_sweep("a=0.2:0.6:0.1").values, parse_sweep("stronger_drafter.budget=16:64:16").values
     ((0.2, 0.3, 0.4, 0.5, 0.6), (16, 32, 48, 64))
     """
-    path, spec = parse_assignment("--sweep", text)
     with naming("--sweep", text):
+        path, spec = parse_assignment(text)
         parts = spec.split(":")
         is_range = len(parts) == 3 and "," not in spec and not spec.lstrip().startswith('"')  # "a:b:c" is a text
         values, typed = _range(*parts) if is_range else _list(spec)
