@@ -1833,13 +1833,12 @@ class Override(NamedTuple):
     value: object
 
 
-def parse_assignment(option: str, text: str) -> tuple[PathSegments, str]:
-    """'KEY.PATH=VALUE' -> (segments, 'VALUE'); errors name the option."""
+def parse_assignment(text: str) -> tuple[PathSegments, str]:
+    """'KEY.PATH=VALUE' -> (segments, 'VALUE')."""
     key, sep, value = text.partition("=")
-    with naming(option, text):
-        if not sep or not key:
-            raise CalibrationError("", "expected KEY.PATH=VALUE, e.g. native_engine.overhead_cut=0.3")
-        return parse_path(key), value
+    if not sep or not key:
+        raise CalibrationError("", "expected KEY.PATH=VALUE, e.g. native_engine.overhead_cut=0.3")
+    return parse_path(key), value
 
 
 @contextlib.contextmanager
@@ -1926,8 +1925,8 @@ def _each_key_once(pairs: list[tuple[str, object]]) -> dict[str, object]:
 
 
 def parse_override(text: str) -> Override:
-    path, value = parse_assignment("--set", text)
     with naming("--set", text):
+        path, value = parse_assignment(text)
         return Override(text, path, parse_value(value))
 
 
@@ -2069,6 +2068,7 @@ def _start_worker(
         return None
     if pid == 0:  # the worker, which never returns; a task that fails ends it, and the parent does that task
         try:
+            import pickle
             import signal
 
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held while the parent forked it
@@ -2078,22 +2078,15 @@ def _start_worker(
             for worker in filter(None, started):
                 worker[1].close()
             with os.fdopen(fd_out, "wb") as out:
-                _send_results(tasks, out)
+                for task in tasks:  # each result pickled, its size first
+                    data = pickle.dumps(task(), pickle.HIGHEST_PROTOCOL)
+                    out.write(len(data).to_bytes(8, "little"))
+                    out.write(data)
+                    out.flush()
         finally:  # whatever happened, even Ctrl-C: not through the interpreter's exit, which would flush
             os._exit(0)  # the buffers that the parent holds too
     os.close(fd_out)
     return pid, os.fdopen(fd_in, "rb")
-
-
-def _send_results(tasks: Sequence[Callable[[], object]], out: BinaryIO) -> None:
-    """A worker's loop: each task's result pickled, its size first."""
-    import pickle
-
-    for task in tasks:
-        data = pickle.dumps(task(), pickle.HIGHEST_PROTOCOL)
-        out.write(len(data).to_bytes(8, "little"))
-        out.write(data)
-        out.flush()
 
 
 def _received(pipe: BinaryIO) -> bytes | None:
@@ -2134,8 +2127,8 @@ def parse_sweep(text: str) -> Sweep:
     >>> parse_sweep("a=0.2:0.6:0.1").values, parse_sweep("stronger_drafter.budget=16:64:16").values
     ((0.2, 0.3, 0.4, 0.5, 0.6), (16, 32, 48, 64))
     """
-    path, spec = parse_assignment("--sweep", text)
     with naming("--sweep", text):
+        path, spec = parse_assignment(text)
         parts = spec.split(":")
         is_range = len(parts) == 3 and "," not in spec and not spec.lstrip().startswith('"')  # "a:b:c" is a text
         values, typed = _range(*parts) if is_range else _list(spec)
@@ -2159,18 +2152,15 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     try:
         start, stop, step_size = [decimal.Decimal(part) for part in parts]
         steps = (stop - start) / step_size if step_size else decimal.Decimal(-1)
-    except decimal.DecimalException:  # past the exponents decimal holds: 1e1000000
-        raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
-    if steps < 0:
-        typed = [shortened(part) for part in parts]
-        raise CalibrationError("", f"a step of {typed[2]} never goes from {typed[0]} to {typed[1]}")
-    values = steps.to_integral_value(decimal.ROUND_FLOOR) + 1  # a Decimal: 1e400 steps stay cheap
-    if values > MAX_SWEEP_POINTS:
-        count = f"{int(values):,}" if values < 10**12 else f"about {values:.2e}"
-        raise CalibrationError("", f"{count} values; expected at most {MAX_SWEEP_POINTS:,}")
-    try:
+        if steps < 0:
+            typed = [shortened(part) for part in parts]
+            raise CalibrationError("", f"a step of {typed[2]} never goes from {typed[0]} to {typed[1]}")
+        values = steps.to_integral_value(decimal.ROUND_FLOOR) + 1  # a Decimal: 1e400 steps stay cheap
+        if values > MAX_SWEEP_POINTS:
+            count = f"{int(values):,}" if values < 10**12 else f"about {values:.2e}"
+            raise CalibrationError("", f"{count} values; expected at most {MAX_SWEEP_POINTS:,}")
         exact = [start + i * step_size for i in range(int(steps) + 1)]
-    except decimal.DecimalException:
+    except decimal.DecimalException:  # past the exponents decimal holds: 1e1000000
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
     whole = all(part.strip().lstrip("+-").isdigit() for part in parts)  # 16:64:16 gives 16, not 16.0
     swept = tuple(int(v) if whole else float(v) + 0.0 for v in exact)  # + 0.0: -0 is 0
@@ -2186,18 +2176,15 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
 def _list(spec: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
     """The values of V1,V2,... and each as typed: JSON as a whole, else each item JSON or a string."""
     whole = parse_value(f"[{spec}]", within=1)
+    if whole == []:  # no value at all: parse_sweep says so
+        return (), ()
+    items = _items(spec)
     if isinstance(whole, list):
-        typed, at, read = [], 0, json.JSONDecoder().raw_decode
-        for _ in whole:  # each item's text: where the decoder starts and stops reading it
-            at = _past_blank(spec, at)
-            end = read(spec, at)[1]
-            typed.append(spec[at:end])
-            at = spec.index(",", end) + 1 if len(typed) < len(whole) else end
-        return tuple(whole), tuple(typed)
-    items = _items(spec)  # not JSON as a whole: each item on its own, a string if not JSON
-    if empty := [i for i, item in enumerate(items, 1) if not item.strip()]:
-        raise CalibrationError("", f"item {empty[0]} of {len(items)} is empty; expected a value between the commas")
-    values = tuple(map(parse_value, items))  # JSON with the white space JSON allows around it, else the item whole
+        values = tuple(whole)
+    else:  # not JSON as a whole: each item on its own, a string if not JSON
+        if empty := [i for i, item in enumerate(items, 1) if not item.strip()]:
+            raise CalibrationError("", f"item {empty[0]} of {len(items)} is empty; expected a value between the commas")
+        values = tuple(map(parse_value, items))  # JSON with the white space JSON allows around it, else the item
     return values, tuple(v if v == item else item.strip(" \t\n\r") for v, item in zip(values, items, strict=True))
 
 
@@ -2368,15 +2355,21 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
 def most_scenarios(cal: Calibration, sweeps: Sequence[Sweep]) -> int:
     """The most scenarios a point of the sweep may have: each drafter's accept lengths on each pipeline, the
     stronger one's the longest list that the calibration or a swept value gives it."""
-    accept = ("stronger_drafter", "accept")
-    lengths = [len(cal.stronger_drafter.accept)]
-    for sweep in (s for s in sweeps if at_or_inside(accept, s.path)):  # its values replace the list at every point
-        lengths = [1]
+    accept = longest_list(("stronger_drafter", "accept"), len(cal.stronger_drafter.accept), sweeps)
+    return len(PIPELINES) * (1 + min(max(1, accept), MAX_ITEMS["accept"]))
+
+
+def longest_list(path: PathSegments, length: int, sweeps: Sequence[Sweep]) -> int:
+    """The longest list at `path` over the points of the sweeps: `length`, the calibration's, unless a sweep at or
+    around `path` replaces it at every point; then the longest list a swept value gives."""
+    replacing = [s for s in sweeps if at_or_inside(path, s.path)]
+    lengths = [] if replacing else [length]
+    for sweep in replacing:
         for value in sweep.values:
             with contextlib.suppress(CalibrationError):  # a value without a list there fails its point's check
-                listed = get_path(value, accept[len(sweep.path) :])
+                listed = get_path(value, path[len(sweep.path) :])
                 lengths += [len(listed)] if isinstance(listed, list) else []
-    return len(PIPELINES) * (1 + min(max(lengths), MAX_ITEMS["accept"]))
+    return max(lengths, default=0)
 
 
 # What the physical cross-check reads of the curve. A swept value at, inside or around one of these makes it read
@@ -2391,13 +2384,6 @@ def curve_rereads(cal: Calibration, sweeps: Sequence[Sweep]) -> tuple[int, int]:
     reaches it, for each of its values at each outer one when the caches cannot hold them all. The curve is the
     calibration's, or the longest list a sweep puts in its place."""
     points = CROSS_CHECKED[-1]
-    replacing = [s for s in sweeps if at_or_inside(points, s.path)]  # the swept values replace the list
-    lengths = [len(cal.moe_curve.points)] if not replacing else []
-    for sweep in replacing:
-        for value in sweep.values:
-            with contextlib.suppress(CalibrationError):  # a value without a list there fails its point's check
-                listed = get_path(value, points[len(sweep.path) :])
-                lengths += [len(listed)] if isinstance(listed, list) else []
     reaching = [
         sweep for sweep in sweeps
         if any(at_or_inside(sweep.path, c) or at_or_inside(c, sweep.path) for c in CROSS_CHECKED)
@@ -2405,7 +2391,7 @@ def curve_rereads(cal: Calibration, sweeps: Sequence[Sweep]) -> tuple[int, int]:
         and not (len(sweep.path) > len(points) and at_or_inside(sweep.path, points) and cal.moe_curve.fit != "experts")
         and (cal.model is not None or at_or_inside(("model",), sweep.path))  # without a model, no cross-check
     ]  # fmt: skip
-    curve = max(lengths, default=0) if reaching else 0
+    curve = longest_list(points, len(cal.moe_curve.points), sweeps) if reaching else 0
     times = math.prod(len(s.values) for s in reaching)
     if reaching == [sweeps[-1]] and len(sweeps) > 1 and times > CURVES_HELD:
         times *= len(sweeps[0].values)
