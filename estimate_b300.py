@@ -3121,6 +3121,9 @@ def _solve_linear(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
+GRID_CHUNK = 50  # values of a scan for roots that a worker tries at a time
+
+
 def _roots(
     gap: Callable[[float], float | None], domain: Domain, previous: float, name: str, m: Measurement, option: str
 ) -> tuple[list[float], str]:
@@ -3152,7 +3155,8 @@ def _roots(
         grid = [domain.low + span * 2.0 ** (k / 8) for k in range(-160, 161)]
     grid = [v for v in grid if v in domain]
     chunks = [grid[i : i + GRID_CHUNK] for i in range(0, len(grid), GRID_CHUNK)]  # on every CPU: see over_cpus
-    gaps = itertools.chain.from_iterable(over_cpus([functools.partial(_gaps, gap, chunk) for chunk in chunks]))
+    tasks = [functools.partial(list[float | None], map(gap, chunk)) for chunk in chunks]  # each lists its gaps
+    gaps = itertools.chain.from_iterable(over_cpus(tasks))
     roots, seen = crossings(gap, [(v, g) for v, g in zip(grid, gaps, strict=True) if g is not None])
     reached = [m.tok_s * math.exp(g) for g in seen]  # the predicted tok/s over the domain
     if reached and max(reached) - min(reached) <= 1e-9 * max(reached):
@@ -3177,14 +3181,6 @@ def _apart(value: float, other: float) -> str:
         if f"{value:.{digits}g}" != f"{other:.{digits}g}" or value == other:
             return f"{value:.{digits}g}"
     return repr(value)
-
-
-GRID_CHUNK = 50  # values of a scan for roots that a worker tries at a time
-
-
-def _gaps(gap: Callable[[float], float | None], values: Sequence[float]) -> list[float | None]:
-    """The gap at each of some values of a scan: one worker's task."""
-    return [gap(v) for v in values]
 
 
 def crossings(gap: Callable[[float], float | None], seen: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
