@@ -4042,24 +4042,19 @@ def sweep_section(report: Report, style: Style) -> Section:
         for i, sweep in enumerate(report.sweep.sweeps)
     ]
     where: dict[str, int] = {}  # a column's header -> its place
-
-    def place(header: str, fmt: str) -> int:
-        if header not in where:
-            where[header] = len(columns)
-            columns.append(Column(header, operator.itemgetter(len(columns)), fmt))
-        return where[header]
-
     every = report.sweep.names  # each scenario of any point, and so each drafter on each pipeline, in order met
     runs = list(dict.fromkeys((d, p) for d, p, _ in every))
     for d, p, label in sorted(every, key=lambda name: runs.index(name[:2])):  # accept lengths in order met
-        place(f"{d}/{p} step ms", "s")
-        place(f"{label} tok/s", ".0f")
+        for header, fmt in ((f"{d}/{p} step ms", "s"), (f"{label} tok/s", ".0f")):
+            if header not in where:
+                where[header] = len(columns)
+                columns.append(Column(header, operator.itemgetter(len(columns)), fmt))
     rows, names, places = [], None, []  # the places of each scenario's step and tok/s, for the row's names
     footnote = {reason: i for i, (reason, _) in enumerate(report.sweep.cannot_run, 1)}  # as the notes number them
     for row in report.sweep.rows():
-        if row.names is not names:  # held once for rows alike
+        if row.names is not names:  # held once for rows alike; every name is among the sweep's, placed above
             names = row.names
-            places = [(place(f"{d}/{p} step ms", "s"), place(f"{label} tok/s", ".0f")) for d, p, label in names]
+            places = [(where[f"{d}/{p} step ms"], where[f"{label} tok/s"]) for d, p, label in names]
         cells: dict[int, object] = {i: _swept_text(v) for i, (_, v) in enumerate(row.values)}
         for (step_at, tok_s_at), (step_ms, extrapolated, tok_s, reason) in zip(places, row.numbers, strict=True):
             cannot = f" [{footnote[reason]}]" if reason else ""
