@@ -4169,16 +4169,10 @@ def notes(report: Report, style: Style) -> list[str]:
     extrapolated = report.sweep.extrapolated if report.sweep else sorted({r.m for r in rows if r.moe_extrapolated})
     found = []
     curve_swept = report.sweep is not None and any(s.path[0] == "moe_curve" for s in report.sweep.sweeps)
-    if extrapolated and curve_swept:  # the curve differs from point to point
-        found.append(
-            f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve at some points."
-        )
-    elif extrapolated:
-        found.append(
-            f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve's "
-            f"M = {ms[0]}..{ms[-1]}, "
-            + ("read along its nearest end segment." if cal.moe_curve.fit == "linear" else "read from the experts fit.")
-        )
+    if extrapolated:  # a swept curve differs from point to point: it has no one range of M to name
+        read = "read along its nearest end segment" if cal.moe_curve.fit == "linear" else "read from the experts fit"
+        outside = " at some points" if curve_swept else f"'s M = {ms[0]}..{ms[-1]}, {read}"
+        found.append(f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve{outside}.")
     if report.sweep is None:
         found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
         found.append(f"x today: tok/s over today's {est.decomposition.today.value:g} tok/s, {_measured(cal)}.")
