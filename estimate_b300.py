@@ -4207,7 +4207,6 @@ def notes(report: Report, style: Style) -> list[str]:
 # --- The breakdown chart ---
 
 CHART_FILLS = {False: ("\u2588", "\u2592", "\u2591"), True: ("#", "=", ".")}  # MoE, ATTN_BASE, SPEC
-CHART_PARTS = ("MoE", "ATTN_BASE", "SPEC")
 
 
 def chart_bars(scenarios: Sequence[Scenario]) -> list[tuple[str, Scenario, str]]:
@@ -4228,7 +4227,7 @@ def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: boo
     label_width = max(len(label) for label, _, _ in bars)
     bar_width = max(columns - label_width - len(ends[0]) - 2, 10)
     ms_per_column = max(row.step_ms for _, row, _ in bars) / bar_width
-    legend = " ".join(f"[{fill}] {part}" for fill, part in zip(fills, CHART_PARTS, strict=True))
+    legend = " ".join(f"[{fill}] {part}" for fill, part in zip(fills, ("MoE", "ATTN_BASE", "SPEC"), strict=True))
     lines = [f"Step time, {fixed(ms_per_column, '.3f')} ms a column: {legend}"]
     for (label, row, _), end in zip(bars, ends, strict=True):
         bar, done, total = "", 0, 0.0
