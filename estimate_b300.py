@@ -3811,8 +3811,7 @@ def headline_lines(report: Report) -> list[str]:
         f"The stronger drafter at accept {_spread([r.accept for r in rows], 'g')}: {on}, "
         f"{_spread([r.vs_today for r in rows], '.2f')}x today{but}."
     )
-    if h.band:
-        b = h.band
+    if b := h.band:
         off = [f"{r.path} = {r.value:g} is outside {r.low:g} to {r.high:g}" for r in b.rows if r.outside]
         outside = f" The band spans the ranges, not the values in force: {'; '.join(off)}." if off else ""
         lines.append(
@@ -3820,8 +3819,7 @@ def headline_lines(report: Report) -> list[str]:
             f"{fixed(b.tok_s_min, '.0f')} to {fixed(b.tok_s_max, '.0f')} tok/s "
             f"({_change(b.tok_s_min / b.tok_s - 1)} / {_change(b.tok_s_max / b.tok_s - 1)}).{outside}"
         )
-    record = report.track_record
-    if record:
+    if record := report.track_record:
         at = " at the fitted values" if report.fit else " at the solved value" if report.solve else ""
         worst = max(record, key=lambda p: abs(p.relative_error))
         error = report.track_record_rms or 0.0
@@ -3864,8 +3862,7 @@ def calibration_section(report: Report, style: Style) -> Section:
         f"{figure_text(dec.bandwidth_ratio)}"
     )
     body = table(figures, columns, style)
-    if est.experts_fit:
-        fit = est.experts_fit
+    if fit := est.experts_fit:
         residuals = ", ".join(f"M={m}: {r:+.3f}" for m, r in fit.residuals_ms)
         body += "\n\n" + style.wrap(
             f"MoE(M) is read from the experts fit fit(M) = {fit.t0.value:.4g} + {fit.t_expert.value:.4g} x "
@@ -4135,8 +4132,7 @@ def measurements_section(report: Report, style: Style) -> Section:
     error = report.track_record_rms or 0.0
     title = (
         f"Measurements: the model's track record, {fixed(error, '.1%', deviation=True)} RMS; tok/s measured and "
-        "predicted, error = "
-        "predicted / measured - 1"
+        "predicted, error = predicted / measured - 1"
     )
     return Section("Measurements", title, table(report.track_record, columns, style))
 
@@ -4414,8 +4410,7 @@ def report_json(report: Report) -> dict[str, object]:
         "roofline": None,
         "warnings": list(report.warnings),
     }
-    if est.experts_fit:
-        fit = est.experts_fit
+    if fit := est.experts_fit:
         residuals = [{"m": m, "residual_ms": r} for m, r in fit.residuals_ms]
         document["moe_fit"] = {
             "kind": "experts",
@@ -4436,8 +4431,7 @@ def report_json(report: Report) -> dict[str, object]:
             "path": sol.found.path, "value": sol.found.value, "previous": sol.found.previous, "observed": sol.observed,
             "scenario": sol.scenario, "method": sol.method, "other_values": list(sol.other_values),
         }  # fmt: skip
-    if report.fit:
-        least = report.fit
+    if least := report.fit:
         document["fit"] = {
             "paths": [v.path for v in least.values],
             "values": [v.value for v in least.values],
@@ -4450,8 +4444,7 @@ def report_json(report: Report) -> dict[str, object]:
             "measurements": _fit_measurements_json(least),
             "warnings": list(least.warnings),
         }
-    if report.sensitivity:
-        sens = report.sensitivity
+    if sens := report.sensitivity:
         document["sensitivity"] = {
             "scenario": sens.scenario,
             "tok_s": sens.tok_s,
@@ -4633,12 +4626,11 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         _title(report),
         "",
         "Inputs (from the calibration; --format markdown gives their sources)",
+        f"  target GPU: {cal.hardware.target.name}; reference GPU: {cal.hardware.reference.name}",
     ]
-    out.append(f"  target GPU: {cal.hardware.target.name}; reference GPU: {cal.hardware.reference.name}")
     inputs = {i.path: i for figures in derived for f in figures for i in f.inputs if i.path}
     out += [f"  {i.name} = {figure_text(i)} ({path})" for path, i in inputs.items()]
-    if report.solve:
-        sol = report.solve
+    if sol := report.solve:
         observed = _describe(sol.observed)  # as typed
         found = f"{sol.found.path} = {sol.found.text}"
         out.append(f"  {found}: solved so that {sol.scenario} = {observed} tok/s ({sol.method})")
@@ -4647,17 +4639,13 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
             f"  {v.path} = {v.text}: fitted to {len(report.fit.before)} measurements, was {v.previous_text} "
             f"({report.fit.method})" for v in report.fit.values
         ]  # fmt: skip
-    if est.experts_fit:
-        fit = est.experts_fit
+    if fit := est.experts_fit:
         out += ["", "Experts fit of the curve: least squares of curve(M) = t0 + t_expert * distinct(M)"]
         out.append(f"  t0 = {fit.t0.value:.4g} ms, t_expert = {fit.t_expert.value:.4g} ms per distinct expert")
         out += [f"  residual({m}) = curve({m}) - fit({m}) = {r:+.3f} ms" for m, r in fit.residuals_ms]
     shown: dict[str, str] = {}  # each figure's line once (a figure may be computed again), and the block it is in
     for (name, rest, _), figures in zip(blocks, derived, strict=True):
-        new: dict[str, Figure] = {}
-        for f in figures:
-            if f.inputs and (line := explain_line(f)) not in shown:
-                new[line] = f
+        new = {line: f for f in figures if f.inputs and (line := explain_line(f)) not in shown}
         # what the new lines read from an earlier block; every block reads the calibration's, so those go unnamed
         earlier: dict[str, str] = {}
         for f in new.values():
@@ -4674,8 +4662,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
             for p in report.track_record
         ]
         out.append(f"  RMS over {len(report.track_record)}: {fixed(report.track_record_rms or 0.0, '.1%', True)}")
-    if report.sensitivity:
-        sens = report.sensitivity
+    if sens := report.sensitivity:
         tok_s = functools.partial(fixed, spec=".0f")
         out += ["", f"Sensitivity of {sens.scenario}: {tok_s(sens.tok_s)} tok/s as in force; each line re-estimates it"]
         out += [
