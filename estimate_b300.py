@@ -4411,12 +4411,11 @@ def report_json(report: Report) -> dict[str, object]:
         "warnings": list(report.warnings),
     }
     if fit := est.experts_fit:
-        residuals = [{"m": m, "residual_ms": r} for m, r in fit.residuals_ms]
         document["moe_fit"] = {
             "kind": "experts",
             "t0_ms": fit.t0.value,
             "t_expert_ms": fit.t_expert.value,
-            "residuals": residuals,
+            "residuals": [{"m": m, "residual_ms": r} for m, r in fit.residuals_ms],
         }
     if est.roofline is not None:
         document["roofline"] = {
