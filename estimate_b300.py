@@ -3770,8 +3770,7 @@ def headline_lines(report: Report) -> list[str]:
         f"The stronger drafter at accept {_spread([r.accept for r in rows], 'g')}: {on}, "
         f"{_spread([r.vs_today for r in rows], '.2f')}x today{but}."
     )
-    if h.band:
-        b = h.band
+    if b := h.band:
         off = [f"{r.path} = {r.value:g} is outside {r.low:g} to {r.high:g}" for r in b.rows if r.outside]
         outside = f" The band spans the ranges, not the values in force: {'; '.join(off)}." if off else ""
         lines.append(
@@ -3779,8 +3778,7 @@ def headline_lines(report: Report) -> list[str]:
             f"{fixed(b.tok_s_min, '.0f')} to {fixed(b.tok_s_max, '.0f')} tok/s "
             f"({_change(b.tok_s_min / b.tok_s - 1)} / {_change(b.tok_s_max / b.tok_s - 1)}).{outside}"
         )
-    record = report.track_record
-    if record:
+    if record := report.track_record:
         at = " at the fitted values" if report.fit else " at the solved value" if report.solve else ""
         worst = max(record, key=lambda p: abs(p.relative_error))
         error = report.track_record_rms or 0.0
@@ -3823,8 +3821,7 @@ def calibration_section(report: Report, style: Style) -> Section:
         f"{figure_text(dec.bandwidth_ratio)}"
     )
     body = table(figures, columns, style)
-    if est.experts_fit:
-        fit = est.experts_fit
+    if fit := est.experts_fit:
         residuals = ", ".join(f"M={m}: {r:+.3f}" for m, r in fit.residuals_ms)
         body += "\n\n" + style.wrap(
             f"MoE(M) is read from the experts fit fit(M) = {fit.t0.value:.4g} + {fit.t_expert.value:.4g} x "
@@ -4001,24 +3998,19 @@ def sweep_section(report: Report, style: Style) -> Section:
         for i, sweep in enumerate(report.sweep.sweeps)
     ]
     where: dict[str, int] = {}  # a column's header -> its place
-
-    def place(header: str, fmt: str) -> int:
-        if header not in where:
-            where[header] = len(columns)
-            columns.append(Column(header, operator.itemgetter(len(columns)), fmt))
-        return where[header]
-
     every = report.sweep.names  # each scenario of any point, and so each drafter on each pipeline, in order met
     runs = list(dict.fromkeys((d, p) for d, p, _ in every))
     for d, p, label in sorted(every, key=lambda name: runs.index(name[:2])):  # accept lengths in order met
-        place(f"{d}/{p} step ms", "s")
-        place(f"{label} tok/s", ".0f")
+        for header, fmt in ((f"{d}/{p} step ms", "s"), (f"{label} tok/s", ".0f")):
+            if header not in where:
+                where[header] = len(columns)
+                columns.append(Column(header, operator.itemgetter(len(columns)), fmt))
     rows, names, places = [], None, []  # the places of each scenario's step and tok/s, for the row's names
     footnote = {reason: i for i, (reason, _) in enumerate(report.sweep.cannot_run, 1)}  # as the notes number them
     for row in report.sweep.rows():
-        if row.names is not names:  # held once for rows alike
+        if row.names is not names:  # held once for rows alike; every name is among the sweep's, placed above
             names = row.names
-            places = [(place(f"{d}/{p} step ms", "s"), place(f"{label} tok/s", ".0f")) for d, p, label in names]
+            places = [(where[f"{d}/{p} step ms"], where[f"{label} tok/s"]) for d, p, label in names]
         cells: dict[int, object] = {i: _swept_text(v) for i, (_, v) in enumerate(row.values)}
         for (step_at, tok_s_at), (step_ms, extrapolated, tok_s, reason) in zip(places, row.numbers, strict=True):
             cannot = f" [{footnote[reason]}]" if reason else ""
@@ -4099,8 +4091,7 @@ def measurements_section(report: Report, style: Style) -> Section:
     error = report.track_record_rms or 0.0
     title = (
         f"Measurements: the model's track record, {fixed(error, '.1%', deviation=True)} RMS; tok/s measured and "
-        "predicted, error = "
-        "predicted / measured - 1"
+        "predicted, error = predicted / measured - 1"
     )
     return Section("Measurements", title, table(report.track_record, columns, style))
 
@@ -4133,16 +4124,10 @@ def notes(report: Report, style: Style) -> list[str]:
     extrapolated = report.sweep.extrapolated if report.sweep else sorted({r.m for r in rows if r.moe_extrapolated})
     found = []
     curve_swept = report.sweep is not None and any(s.path[0] == "moe_curve" for s in report.sweep.sweeps)
-    if extrapolated and curve_swept:  # the curve differs from point to point
-        found.append(
-            f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve at some points."
-        )
-    elif extrapolated:
-        found.append(
-            f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve's "
-            f"M = {ms[0]}..{ms[-1]}, "
-            + ("read along its nearest end segment." if cal.moe_curve.fit == "linear" else "read from the experts fit.")
-        )
+    if extrapolated:  # a swept curve differs from point to point: it has no one range of M to name
+        read = "read along its nearest end segment" if cal.moe_curve.fit == "linear" else "read from the experts fit"
+        outside = " at some points" if curve_swept else f"'s M = {ms[0]}..{ms[-1]}, {read}"
+        found.append(f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve{outside}.")
     if report.sweep is None:
         found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
         found.append(f"x today: tok/s over today's {est.decomposition.today.value:g} tok/s, {_measured(cal)}.")
@@ -4177,7 +4162,6 @@ def notes(report: Report, style: Style) -> list[str]:
 # --- The breakdown chart ---
 
 CHART_FILLS = {False: ("\u2588", "\u2592", "\u2591"), True: ("#", "=", ".")}  # MoE, ATTN_BASE, SPEC
-CHART_PARTS = ("MoE", "ATTN_BASE", "SPEC")
 
 
 def chart_bars(scenarios: Sequence[Scenario]) -> list[tuple[str, Scenario, str]]:
@@ -4198,7 +4182,7 @@ def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: boo
     label_width = max(len(label) for label, _, _ in bars)
     bar_width = max(columns - label_width - len(ends[0]) - 2, 10)
     ms_per_column = max(row.step_ms for _, row, _ in bars) / bar_width
-    legend = " ".join(f"[{fill}] {part}" for fill, part in zip(fills, CHART_PARTS, strict=True))
+    legend = " ".join(f"[{fill}] {part}" for fill, part in zip(fills, ("MoE", "ATTN_BASE", "SPEC"), strict=True))
     lines = [f"Step time, {fixed(ms_per_column, '.3f')} ms a column: {legend}"]
     for (label, row, _), end in zip(bars, ends, strict=True):
         bar, done, total = "", 0, 0.0
@@ -4385,14 +4369,12 @@ def report_json(report: Report) -> dict[str, object]:
         "roofline": None,
         "warnings": list(report.warnings),
     }
-    if est.experts_fit:
-        fit = est.experts_fit
-        residuals = [{"m": m, "residual_ms": r} for m, r in fit.residuals_ms]
+    if fit := est.experts_fit:
         document["moe_fit"] = {
             "kind": "experts",
             "t0_ms": fit.t0.value,
             "t_expert_ms": fit.t_expert.value,
-            "residuals": residuals,
+            "residuals": [{"m": m, "residual_ms": r} for m, r in fit.residuals_ms],
         }
     if est.roofline is not None:
         document["roofline"] = {
@@ -4407,8 +4389,7 @@ def report_json(report: Report) -> dict[str, object]:
             "path": sol.found.path, "value": sol.found.value, "previous": sol.found.previous, "observed": sol.observed,
             "scenario": sol.scenario, "method": sol.method, "other_values": list(sol.other_values),
         }  # fmt: skip
-    if report.fit:
-        least = report.fit
+    if least := report.fit:
         document["fit"] = {
             "paths": [v.path for v in least.values],
             "values": [v.value for v in least.values],
@@ -4421,8 +4402,7 @@ def report_json(report: Report) -> dict[str, object]:
             "measurements": _fit_measurements_json(least),
             "warnings": list(least.warnings),
         }
-    if report.sensitivity:
-        sens = report.sensitivity
+    if sens := report.sensitivity:
         document["sensitivity"] = {
             "scenario": sens.scenario,
             "tok_s": sens.tok_s,
@@ -4604,12 +4584,11 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         _title(report),
         "",
         "Inputs (from the calibration; --format markdown gives their sources)",
+        f"  target GPU: {cal.hardware.target.name}; reference GPU: {cal.hardware.reference.name}",
     ]
-    out.append(f"  target GPU: {cal.hardware.target.name}; reference GPU: {cal.hardware.reference.name}")
     inputs = {i.path: i for figures in derived for f in figures for i in f.inputs if i.path}
     out += [f"  {i.name} = {figure_text(i)} ({path})" for path, i in inputs.items()]
-    if report.solve:
-        sol = report.solve
+    if sol := report.solve:
         observed = _describe(sol.observed)  # as typed
         found = f"{sol.found.path} = {sol.found.text}"
         out.append(f"  {found}: solved so that {sol.scenario} = {observed} tok/s ({sol.method})")
@@ -4618,17 +4597,13 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
             f"  {v.path} = {v.text}: fitted to {len(report.fit.before)} measurements, was {v.previous_text} "
             f"({report.fit.method})" for v in report.fit.values
         ]  # fmt: skip
-    if est.experts_fit:
-        fit = est.experts_fit
+    if fit := est.experts_fit:
         out += ["", "Experts fit of the curve: least squares of curve(M) = t0 + t_expert * distinct(M)"]
         out.append(f"  t0 = {fit.t0.value:.4g} ms, t_expert = {fit.t_expert.value:.4g} ms per distinct expert")
         out += [f"  residual({m}) = curve({m}) - fit({m}) = {r:+.3f} ms" for m, r in fit.residuals_ms]
     shown: dict[str, str] = {}  # each figure's line once (a figure may be computed again), and the block it is in
     for (name, rest, _), figures in zip(blocks, derived, strict=True):
-        new: dict[str, Figure] = {}
-        for f in figures:
-            if f.inputs and (line := explain_line(f)) not in shown:
-                new[line] = f
+        new = {line: f for f in figures if f.inputs and (line := explain_line(f)) not in shown}
         # what the new lines read from an earlier block; every block reads the calibration's, so those go unnamed
         earlier: dict[str, str] = {}
         for f in new.values():
@@ -4645,8 +4620,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
             for p in report.track_record
         ]
         out.append(f"  RMS over {len(report.track_record)}: {fixed(report.track_record_rms or 0.0, '.1%', True)}")
-    if report.sensitivity:
-        sens = report.sensitivity
+    if sens := report.sensitivity:
         tok_s = functools.partial(fixed, spec=".0f")
         out += ["", f"Sensitivity of {sens.scenario}: {tok_s(sens.tok_s)} tok/s as in force; each line re-estimates it"]
         out += [
