@@ -83,6 +83,7 @@ MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values 
 
 
 T = TypeVar("T")
+Item = TypeVar("Item")
 PathSegments = tuple[str | int, ...]  # a key path, split: ("moe_curve", "points", 1, "ms")
 
 
@@ -2035,6 +2036,12 @@ def over_cpus(tasks: Sequence[Callable[[], T]], min_tasks: int = 2) -> Generator
                 os.waitpid(pid, 0)
 
 
+def over_cpus_in_chunks(work: Callable[[Sequence[Item]], list[T]], items: Sequence[Item], size: int) -> list[T]:
+    """work() over the items, `size` at a time, each chunk a task for over_cpus: the results in order."""
+    chunks = [items[i : i + size] for i in range(0, len(items), size)]
+    return list(itertools.chain.from_iterable(over_cpus([functools.partial(work, chunk) for chunk in chunks])))
+
+
 def _uncollected(task: Callable[[], T]) -> T:
     """task(), with the garbage collector paused while it runs (if it was on), as a worker runs it."""
     if not gc.isenabled():
@@ -2550,8 +2557,7 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
             before = at
         return band
 
-    chunks = [corners[i : i + BAND_CHUNK] for i in range(0, len(corners), BAND_CHUNK)]  # on every CPU
-    band = list(itertools.chain.from_iterable(over_cpus([functools.partial(band_of, c) for c in chunks])))
+    band = over_cpus_in_chunks(band_of, corners, BAND_CHUNK)
     return Sensitivity(
         base.label, base.tok_s, tuple(sorted(rows, key=lambda row: -row.swing)), min(band), max(band), len(band)
     )
@@ -3154,9 +3160,7 @@ def _roots(
     else:  # geometric, 2^-20 to 2^20 times the distance of the value in force from the domain's low end
         grid = [domain.low + span * 2.0 ** (k / 8) for k in range(-160, 161)]
     grid = [v for v in grid if v in domain]
-    chunks = [grid[i : i + GRID_CHUNK] for i in range(0, len(grid), GRID_CHUNK)]  # on every CPU: see over_cpus
-    tasks = [functools.partial(list[float | None], map(gap, chunk)) for chunk in chunks]  # each lists its gaps
-    gaps = itertools.chain.from_iterable(over_cpus(tasks))
+    gaps = over_cpus_in_chunks(lambda chunk: [gap(v) for v in chunk], grid, GRID_CHUNK)
     roots, seen = crossings(gap, [(v, g) for v, g in zip(grid, gaps, strict=True) if g is not None])
     reached = [m.tok_s * math.exp(g) for g in seen]  # the predicted tok/s over the domain
     if reached and max(reached) - min(reached) <= 1e-9 * max(reached):
@@ -3202,16 +3206,6 @@ def crossings(gap: Callable[[float], float | None], seen: list[tuple[float, floa
     return sorted(roots), [g for _, g in seen]
 
 
-class Solution(NamedTuple):
-    """--solve: the value found (the fit of one value to one observation), and the observation."""
-
-    found: FitValue
-    observed: float
-    scenario: str
-    method: str
-    other_values: tuple[float, ...]  # further values that also fit, when the estimate is not monotonic
-
-
 def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:
     """A throughput named on the command line (--observed, --measured), as a measurement."""
     accept = "" if spec.accept is None else f"@{_describe(spec.accept)}"
@@ -3222,7 +3216,7 @@ def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str)
     return Measurement(row.label, spec.drafter, spec.pipeline, None, None, row.accept, tok_s, text, text)
 
 
-def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, observed: float) -> tuple[Solution, Fit]:
+def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, observed: float) -> Fit:
     """The value of one assumption at which a scenario's estimate equals an observed tok/s: the fit of one value.
 
     Default data: current/native = 463 tok/s needs overhead_cut = 0.4005.
@@ -3231,10 +3225,8 @@ def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, obs
     if spec.drafter == "stronger" and scenario_accept(key := format_path(parse_path(path_text)), cal.domains):
         raise CalibrationError(key, accept_to_meet(cal, spec, m), file="--solve")
     result = fit(doc, cal, [path_text], [m], "--solve")
-    (v,) = result.values
-    solution = Solution(v, observed, m.label, result.method, result.other_roots)
     cannot = sglang_cannot(cal, m)  # an observation SGLang could not have made, as a logged one would be told
-    return solution, result._replace(warnings=(*result.warnings, cannot)) if cannot else result
+    return result._replace(warnings=(*result.warnings, cannot)) if cannot else result
 
 
 def accept_to_meet(cal: Calibration, spec: ScenarioSpec, m: Measurement) -> str:
@@ -3391,7 +3383,7 @@ class Report(NamedTuple):
     track_record: tuple[Prediction, ...]  # each logged measurement beside the prediction in force
     track_record_rms: float | None  # the RMS of their relative errors; None without measurements
     fit: Fit | None  # --fit: the fitted values, and the measurements before and after
-    solve: Solution | None
+    solve: Fit | None  # --solve: the fit of one value to the one --observed throughput
     sensitivity: Sensitivity | None
     sweep: SweepPlan | None
     warnings: tuple[str, ...]  # what the run should say (physical, the band's, the fit's); on stderr, exit 0
@@ -3414,9 +3406,9 @@ def build_report(options: Options) -> Report:
         doc, cal = log_measured(doc, parse_calibration(doc), options.measured)
         added = cal.measurements[len(cal.measurements) - len(options.measured) :]  # --measured logs them last
         label += "".join(f" with {m.source}" for m in added)  # errors at a sweep's point say they are there
-        solution, fitted = None, None
+        fitted = None
         if options.solve and options.observed:
-            solution, fitted = solve(doc, cal, options.solve, *options.observed)
+            fitted = solve(doc, cal, options.solve, *options.observed)
         elif options.fit:
             fitted = fit(doc, cal, options.fit, cal.measurements)
         if fitted:
@@ -3446,8 +3438,8 @@ def build_report(options: Options) -> Report:
     provenance = Provenance(printable(file), digest, __version__, tuple(printable(o.text) for o in options.overrides),
                             measured)  # fmt: skip
     return Report(
-        provenance, est, top, record, rms(p.relative_error for p in record), None if solution else fitted, solution,
-        sens, sweep,
+        provenance, est, top, record, rms(p.relative_error for p in record),
+        None if options.solve else fitted, fitted if options.solve else None, sens, sweep,
         tuple(dict.fromkeys(warnings)), doc, changed, original,
     )  # fmt: skip
 
@@ -3719,9 +3711,9 @@ def _header_line(report: Report, tie: str = " ") -> str:
     file = f"{prov.calibration_file}, sha256{tie}{prov.calibration_sha256}"
     line = f"estimate_b300 {prov.tool_version}; {file}; overrides:{tie}{overrides}"
     line += f"; measured:{tie}{', '.join(prov.measurements_added)}" if prov.measurements_added else ""
-    if report.solve:
-        solved = f"{report.solve.found.path} for {report.solve.scenario}={_describe(report.solve.observed)}"
-        line += f"; solved:{tie}{solved}"
+    if sol := report.solve:
+        (found,), (seen,) = sol.values, sol.before
+        line += f"; solved:{tie}{found.path} for {seen.measurement.label}={_describe(seen.measurement.tok_s)}"
     elif report.fit:
         line += f"; fitted:{tie}{', '.join(v.path for v in report.fit.values)}"
     return line
@@ -4022,12 +4014,12 @@ def sweep_section(report: Report, style: Style) -> Section:
 def solve_section(report: Report, style: Style) -> Section:
     sol = report.solve
     assert sol is not None
-    found = sol.found
+    (found,), (seen,) = sol.values, sol.before
     title = (
-        f"Solved: {found.path} = {found.text} (was {found.previous_text}) brings {sol.scenario} to the observed "
-        f"{_describe(sol.observed)} tok/s; {sol.method}. Every figure below uses it."
+        f"Solved: {found.path} = {found.text} (was {found.previous_text}) brings {seen.measurement.label} to the "
+        f"observed {_describe(seen.measurement.tok_s)} tok/s; {sol.method}. Every figure below uses it."
     )
-    others = ", ".join(number_text(v, found.domain) for v in sol.other_values)
+    others = ", ".join(number_text(v, found.domain) for v in sol.other_roots)
     return Section(
         "Solved", title, f"Other values fit too: {others} (the estimate is not monotonic in it)." if others else ""
     )
@@ -4385,9 +4377,10 @@ def report_json(report: Report) -> dict[str, object]:
             "points": [dict(zip(RooflinePoint._fields[:-1], p, strict=False)) for p in est.roofline],
         }
     if sol := report.solve:
+        (found,), (seen,) = sol.values, sol.before
         document["solve"] = {
-            "path": sol.found.path, "value": sol.found.value, "previous": sol.found.previous, "observed": sol.observed,
-            "scenario": sol.scenario, "method": sol.method, "other_values": list(sol.other_values),
+            "path": found.path, "value": found.value, "previous": found.previous, "observed": seen.measurement.tok_s,
+            "scenario": seen.measurement.label, "method": sol.method, "other_values": list(sol.other_roots),
         }  # fmt: skip
     if least := report.fit:
         document["fit"] = {
@@ -4496,8 +4489,8 @@ def render_csv(report: Report, style: Style) -> Iterator[str]:
     prov = report.provenance
     provenance = [prov.calibration_file, prov.calibration_sha256, prov.tool_version, "; ".join(prov.overrides),
                   "; ".join(prov.measurements_added)]  # fmt: skip
-    found = [(report.solve.found.path, report.solve.found.value)] if report.solve else []  # a column, as swept
-    solved = tuple(found + [(v.path, v.value) for v in report.fit.values] if report.fit else found)
+    found_by = report.solve or report.fit  # each value found is a column, as a swept one is
+    solved = tuple((v.path, v.value) for v in found_by.values) if found_by else ()
     names = [format_path(s.path) for s in report.sweep.sweeps] if report.sweep else [name for name, _ in solved]
     line = _csv_writer()
     yield line([*names, *SCENARIO_FIELDS, *Provenance._fields])
@@ -4589,9 +4582,9 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     inputs = {i.path: i for figures in derived for f in figures for i in f.inputs if i.path}
     out += [f"  {i.name} = {figure_text(i)} ({path})" for path, i in inputs.items()]
     if sol := report.solve:
-        observed = _describe(sol.observed)  # as typed
-        found = f"{sol.found.path} = {sol.found.text}"
-        out.append(f"  {found}: solved so that {sol.scenario} = {observed} tok/s ({sol.method})")
+        (found,), (seen,) = sol.values, sol.before
+        observed = f"{seen.measurement.label} = {_describe(seen.measurement.tok_s)} tok/s"  # as typed
+        out.append(f"  {found.path} = {found.text}: solved so that {observed} ({sol.method})")
     if report.fit:
         out += [
             f"  {v.path} = {v.text}: fitted to {len(report.fit.before)} measurements, was {v.previous_text} "
