@@ -291,6 +291,11 @@ class Calibration(NamedTuple):
 # solved, not derived, and their text says how: chain alpha (a bisection) and the experts line
 # (a least squares). The experts fit, the physical cross-check, the whole estimate and how a
 # formula's text runs follow the main line, in that order.
+#
+# Four functions of the whole calibration (moe_time, decompose, drafters, drafter_on) hand the
+# sections they read to a cached twin: decompose(cal) is _decompose(hardware, model, curve, anchors).
+# A sweep that changes another section, or a fit that moves one value, finds the rest computed;
+# the calibration itself changes with any value, and holds a dict, so it is no cache key.
 
 
 class Figure(NamedTuple):
