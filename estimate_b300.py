@@ -3996,8 +3996,8 @@ def sweep_section(report: Report, style: Style) -> Section:
     ]
     where: dict[str, int] = {}  # a column's header -> its place
     every = report.sweep.names  # each scenario of any point, and so each drafter on each pipeline, in order met
-    runs = list(dict.fromkeys((d, p) for d, p, _ in every))
-    for d, p, label in sorted(every, key=lambda name: runs.index(name[:2])):  # accept lengths in order met
+    drafter_runs = list(dict.fromkeys((d, p) for d, p, _ in every))
+    for d, p, label in sorted(every, key=lambda name: drafter_runs.index(name[:2])):  # accept lengths in order met
         for header, fmt in ((f"{d}/{p} step ms", "s"), (f"{label} tok/s", ".0f")):
             if header not in where:
                 where[header] = len(columns)
