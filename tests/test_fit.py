@@ -845,6 +845,21 @@ def test_solve_runs_on_the_fit_and_shows_the_track_record_at_the_solved_value(
     assert "Track record: the model predicts the 4 measurements at the solved value" in " ".join(table.split())
 
 
+def test_a_solve_with_further_roots_shows_them_in_every_output() -> None:
+    """No --solve tried on the shipped calibration finds a second root, so the report of one solve is given two
+    further roots here, and each renderer must show them."""
+    observed = (eb.ScenarioSpec("current", "native", None), 463.0)
+    report = eb.build_report(eb.Options(None, solve="native_engine.overhead_cut", observed=observed))
+    assert report.solve is not None and report.solve.other_roots == ()
+    report = report._replace(solve=report.solve._replace(other_roots=(0.125, 0.75)))
+    doc = json.loads("".join(eb.render_json(report, eb.Style())))
+    assert doc["solve"]["other_values"] == [0.125, 0.75]
+    assert (doc["solve"]["observed"], doc["solve"]["scenario"]) == (463.0, "current/native@4.4")
+    for render in (eb.render_tables, eb.render_markdown):
+        text = " ".join("".join(render(report, eb.Style(width=200))).split())
+        assert "Other values fit too: 0.125, 0.75 (the estimate is not monotonic in it)." in text
+
+
 def test_a_hundred_measurements_fit_with_leave_one_out_in_bounded_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not a benchmark (tests/bench.py is): bounds loose enough for a loaded machine, to catch a blow-up. In one
     process, each refit takes about five predictions: a step from the full fit's Jacobian, a new Jacobian of two
