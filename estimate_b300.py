@@ -896,26 +896,36 @@ NUMBER = r"(?<![\w.\[])\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.\]])"  # a number in a 
 
 
 def _compile(formula: str, inputs: tuple[Figure, ...]) -> Callable[[tuple[Figure, ...]], float]:
-    """'AR step - MoE(1)' -> lambda v: v[0].value - v[1].value. A formula text always names the same inputs.
+    """'AR step - MoE(1)' -> lambda v: v[0].value - v[1].value. The cache is keyed by the text alone: a formula's
+    text is written at one place, and so always comes with the same inputs in the same order.
 
     Formulas that differ only in their names and numbers (peak read(9) and peak read(33); E * (1 - (1 - k / E)^9)
     and ^33) share one shape of code, compiled once, each made from it with its own numbers: a curve of 1,000
-    points, or a fit over many trees, has thousands of formulas and few shapes.
+    points, or a fit over many trees, has thousands of formulas and few shapes, and _SHAPES is never cleared.
+    """
+    shape, numbers = formula_shape(formula, inputs)
+    if len(_COMPILED) > 4096:  # formulas that name an M (curve(33)) are many in a sweep of budgets
+        _COMPILED.clear()
+    make = _SHAPES.get(shape) or _SHAPES.setdefault(shape, eval(f"lambda c: lambda v: {shape}", {"__builtins__": {}}))
+    compute = _COMPILED[formula] = make(numbers)  # the shape's maker, given this formula's numbers
+    return compute
+
+
+def formula_shape(formula: str, inputs: tuple[Figure, ...]) -> tuple[str, tuple[float, ...]]:
+    """A formula as code over its inputs v and its numbers c, and the numbers, each as its literal would be.
+
+    >>> formula_shape("E * (1 - (1 - k / E)^9)", (given("E", 384), given("k", 8)))
+    ('v[0].value * (c[0] - (c[1] - v[1].value / v[0].value)**c[2])', (1, 1, 9))
     """
     index = {f.name: i for i, f in enumerate(inputs)}
     code = replace_names(formula, index, lambda name: f"v[{index[name]}].value").replace("^", "**")
     numbers: list[float] = []
 
     def numbered(number: re.Match[str]) -> str:
-        numbers.append(int(number[0]) if number[0].isdigit() else float(number[0]))  # as the literal would be
+        numbers.append(int(number[0]) if number[0].isdigit() else float(number[0]))
         return f"c[{len(numbers) - 1}]"
 
-    shape = re.sub(NUMBER, numbered, code)
-    if len(_COMPILED) > 4096:  # formulas that name an M (curve(33)) are many in a sweep of budgets
-        _COMPILED.clear()
-    make = _SHAPES.get(shape) or _SHAPES.setdefault(shape, eval(f"lambda c: lambda v: {shape}", {"__builtins__": {}}))
-    compute = _COMPILED[formula] = make(tuple(numbers))
-    return compute
+    return re.sub(NUMBER, numbered, code), tuple(numbers)
 
 
 def replace_names(formula: str, names: Iterable[str], by: Callable[[str], str]) -> str:
