@@ -3645,6 +3645,16 @@ class Column(NamedTuple):
 
 ONE_LINE_ROWS = ("pipe", "github", "orgtbl", "jira", "rst")  # formats where every line is a row: nothing wraps
 
+# Text in a cell, where a `|` would end the cell or a backslash escape what follows: written as these formats'
+# readers read it literally (Markdown's cells are markdown_text's). YouTrack's and MoinMoin's have no reader here.
+CELL_ESCAPES = {
+    "asciidoc": str.maketrans({"|": r"\|"}),
+    "jira": str.maketrans({"|": "&#124;", "\\": "&#92;"}),
+    "mediawiki": str.maketrans({"|": "&#124;"}),
+    "orgtbl": str.maketrans({"|": r"\vert{}", "\\": r"\backslash{}"}),
+    "textile": str.maketrans({"|": "&#124;"}),
+}
+
 
 def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     """A table in any tabulate format: tabulate formats and aligns the numbers, and wraps text to fit the width.
@@ -3660,11 +3670,12 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     text = [i for i, c in enumerate(columns) if c.fmt in ("", "s")]  # words, which may wrap
     tablefmt = "pipe" if style.markdown else style.tablefmt
     markdown = tablefmt in ("pipe", "github")  # text in a cell is Markdown
+    escapes = CELL_ESCAPES.get(tablefmt, {})  # else plain text, with what would end its cell escaped
     wraps = tablefmt in tabulate_module.multiline_formats and tablefmt not in ONE_LINE_ROWS
 
     def shown(value: object, as_text: bool) -> object:  # text as it lands: one line, escaped; None left empty
         if isinstance(value, str):
-            return markdown_text(value) if markdown else printable(value)
+            return markdown_text(value) if markdown else printable(value).translate(escapes)
         return value if value is None or not as_text else str(value)
 
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]

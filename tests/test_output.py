@@ -94,6 +94,29 @@ def test_formats_that_cannot_break_a_cell_are_not_wrapped(capsys: pytest.Capture
     assert ["AR step", "1000 / ar_tok_s", "7.52", "", "measured on B300"] in rows and "\\t" not in tsv
 
 
+@pytest.mark.parametrize(
+    ("tablefmt", "written"),
+    [
+        ("asciidoc", r"B3\|00 \ x"),
+        ("jira", "B3&#124;00 &#92; x"),
+        ("mediawiki", r"B3&#124;00 \ x"),
+        ("orgtbl", r"B3\vert{}00 \backslash{} x"),
+        ("textile", r"B3&#124;00 \ x"),
+    ],
+)
+def test_a_bar_in_a_cell_stays_in_its_cell(
+    capsys: pytest.CaptureFixture[str], write_calibration: Any, tablefmt: str, written: str
+) -> None:
+    """Formats whose cells a `|` ends write one as their readers read a literal one (pandoc's, Asciidoctor's)."""
+    doc = default_doc()
+    doc["anchors"]["measured_on"] = "B3|00 \\ x"
+    out = run_main(capsys, "--calibration", str(write_calibration(doc)), "--tablefmt", tablefmt, "--no-chart").out
+    rows = [line for line in out.splitlines() if re.match(r"\W*(AR step|MoE\(1\)) ", line)]  # with the text, without
+    assert len(rows) == 2 and f"measured on {written}" in rows[0] and "B3|00" not in rows[0]
+    bars = [len(re.findall(r"(?<!\\)\|", row)) for row in rows]
+    assert bars[0] == bars[1] > 0  # as many cells in both
+
+
 def test_pretty_rounds_its_numbers_as_every_format_does(capsys: pytest.CaptureFixture[str]) -> None:
     """tabulate parses no numbers in "pretty", and so would print 14.521452145214521 for 14.52."""
     pretty = run_main(capsys, "--tablefmt", "pretty", "--no-chart", "--all").out
