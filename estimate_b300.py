@@ -28,6 +28,7 @@ rendering; the command line.
 
 import argparse
 import bisect
+import codecs
 import collections
 import contextlib
 import errno
@@ -3624,6 +3625,7 @@ class Style(NamedTuple):
     ascii_only: bool = False
     everything: bool = False  # --all: every section, not only what a design note needs
     markdown: bool = False
+    charset: str | None = None  # the output's encoding, when it cannot write every character: "ascii", "cp437"
 
     def wrap(self, text: str, indent: str = "") -> str:
         """A paragraph broken at word boundaries to the width; in Markdown, one escaped line."""
@@ -3631,10 +3633,18 @@ class Style(NamedTuple):
             return markdown_text(text)
         import textwrap
 
+        kept = _kept(self.written(text))
         lines = textwrap.fill(
-            _kept(text), self.width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+            kept, self.width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
         )
         return lines.replace(GLUE, " ")
+
+    def written(self, text: str) -> str:
+        r"""Text as the output's encoding can write it, a character it cannot escaped (B\u4e2d), before a line or
+        a column is measured: the escape is laid out with the rest."""
+        if self.charset is None or text.isascii():
+            return text
+        return text.encode(self.charset, "backslashreplace").decode(self.charset)
 
 
 class Column(NamedTuple):
@@ -3675,7 +3685,7 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
 
     def shown(value: object, as_text: bool) -> object:  # text as it lands: one line, escaped; None left empty
         if isinstance(value, str):
-            return markdown_text(value) if markdown else printable(value).translate(escapes)
+            return markdown_text(value) if markdown else style.written(printable(value)).translate(escapes)
         return value if value is None or not as_text else str(value)
 
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
@@ -4741,7 +4751,7 @@ def build_parser(columns: int) -> argparse.ArgumentParser:
     flag("--all", help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, measurements")
     flag("--explain", help="print the derivation, one figure a line, in place of the tables (no --format or --sweep)")
     flag("--no-chart", help="leave out the step-time breakdown chart")
-    flag("--ascii", help="plain ASCII output (automatic when stdout cannot take Unicode)")
+    flag("--ascii", help="plain ASCII output (automatic when stdout cannot write the chart's blocks)")
     flag, once, many = kinds(parser.add_argument_group("what-if analysis"))
     many("--set", metavar="KEY.PATH=VALUE", help="override one value (JSON, else a string); repeatable")
     many("--sweep", metavar="KEY.PATH=VALUES", help="estimate at each of V1,V2,... or START:STOP:STEP; two make a grid")
@@ -4931,12 +4941,21 @@ def _stdout_encoding() -> str:
     return getattr(sys.stdout, "encoding", None) or "utf-8"
 
 
-def _encodes(text: str, encoding: str) -> bool:
+def _encodes(text: str, encoding: str, errors: str = "strict") -> bool:
     try:
-        text.encode(encoding)
+        text.encode(encoding, errors)
     except (UnicodeError, LookupError):  # UnicodeError itself: a codec that encodes nothing (undefined)
         return False
     return True
+
+
+def _charset(encoding: str, ascii_only: bool) -> str | None:
+    """What the output's text is escaped for (see Style.written): nothing in a UTF, which writes every character."""
+    if ascii_only:
+        return "ascii"
+    if codecs.lookup(encoding).name.startswith("utf"):
+        return None
+    return encoding if _encodes("\U0010ffff", encoding, "backslashreplace") else "ascii"  # idna writes no escape
 
 
 def say(line: str) -> None:
@@ -5036,15 +5055,16 @@ def _run(argv: list[str]) -> int:
     except CalibrationError as exc:
         say(f"estimate_b300: {exc}")
         return 2
-    ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), _stdout_encoding())
+    encoding = _stdout_encoding()
+    ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), encoding)
     style = Style(width=max(columns, 80), chart_width=0 if args.no_chart else columns, ascii_only=ascii_only,
-                  everything=args.all)  # fmt: skip
+                  everything=args.all, charset=_charset(encoding, ascii_only))  # fmt: skip
     style = style if args.tablefmt is None else style._replace(tablefmt=args.tablefmt)  # else Style's default
     chunks = (render_explain if args.explain else RENDERERS[args.format])(report, style)
     if args.format not in ("json", "csv"):  # JSON and CSV escape their cells; text is escaped here
         chunks = map(printable_lines, chunks)
-    if ascii_only:  # a name from the calibration in Unicode: B300\xe9
-        chunks = (chunk.encode("ascii", "backslashreplace").decode("ascii") for chunk in chunks)
+    if style.charset:  # what was not laid out as text: Markdown, JSON, CSV, --explain
+        chunks = map(style.written, chunks)
     if status := emit(chunks):  # the output failed: its one line on stderr says so, and nothing more
         return status
     for warning in report.warnings:  # under the output, where a terminal shows them last

@@ -70,11 +70,13 @@ def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
     return Run(code, captured.out, captured.err)
 
 
-def run_script(*argv: str, cwd: Path = ROOT, exe: list[str] | None = None, env: dict[str, str] | None = None) -> Run:
-    """The tool as a user runs it: a separate process."""
+def run_script(
+    *argv: str, cwd: Path = ROOT, exe: list[str] | None = None, env: dict[str, str] | None = None, encoding: str = ""
+) -> Run:
+    """The tool as a user runs it: a separate process (its output read in `encoding`, else the locale's)."""
     cmd = (exe or [sys.executable, str(SCRIPT)]) + list(argv)
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | (env or {})  # the chart is 80 wide by default
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=60, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, encoding=encoding or None, cwd=cwd, timeout=60, env=env)
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 

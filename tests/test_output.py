@@ -75,6 +75,37 @@ def test_unicode_is_dropped_when_stdout_cannot_encode_it() -> None:
     assert "\u2588" in run_script(env={"PYTHONIOENCODING": "utf-8"}).out
 
 
+WIDE_NAME = " ".join(["\u4e2d\u6587"] * 8)  # 中文 eight times: a character escaped, \u4e2d, is six
+
+
+@pytest.mark.parametrize("options", [[], ["--format", "markdown"], ["--format", "csv"], ["--explain"], ["--all"]])
+def test_a_code_page_with_the_charts_blocks_escapes_what_it_cannot_write(options: list[str]) -> None:
+    """cp437 has the chart's blocks, so the output is not ASCII, but no Chinese: that is escaped, in every format,
+    where writing it whole would fail."""
+    env = {"PYTHONIOENCODING": "cp437"}
+    run = run_script("--set", "hardware.target.name=B300 \u4e2d\u6587", *options, env=env, encoding="cp437")
+    assert run.code == 0, run.err
+    assert "B300 \\u4e2d\\u6587" in run.out.replace("\\\\", "\\")  # Markdown escapes the backslash itself
+    assert "\u2588" in run.out or options  # the chart's full block, as cp437 writes it
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "cp437"])
+def test_escaped_text_is_laid_out_as_it_is_printed(write_calibration: Any, encoding: str) -> None:
+    """A paragraph wraps, and a table's borders line up, with each character escaped at its escape's width."""
+    doc = default_doc()
+    doc["hardware"]["target"]["name"] = WIDE_NAME
+    doc["measurements"] = [
+        {"drafter": "current", "pipeline": "native", "accept": 4.4, "tok_s": 415, "label": WIDE_NAME}
+    ]
+    options = ["--calibration", str(write_calibration(doc)), "--all", "--no-chart", "--tablefmt", "grid"]
+    lines = run_script(*options, env={"PYTHONIOENCODING": encoding}, encoding=encoding).out.splitlines()
+    text = [line for line in lines if "\\u4e2d" in line and not line.startswith(("+", "|"))]  # not in a table
+    assert len(text) > 4 and max(map(len, text)) <= 80
+    grids = ["\n".join(g) for drawn, g in itertools.groupby(lines, lambda line: line.startswith(("+", "|"))) if drawn]
+    assert len(grids) == 8 and "\\u4e2d" in grids[-1]  # the track record: the measurement's label
+    assert all(len(set(map(len, grid.splitlines()))) == 1 for grid in grids)  # every border lines up
+
+
 def test_ascii_refuses_a_unicode_table_format(capsys: pytest.CaptureFixture[str]) -> None:
     run = run_main(capsys, "--ascii", "--tablefmt", "fancy_grid")
     assert run.code == 2 and run.out == "" and "--tablefmt fancy_grid draws with characters" in run.err
