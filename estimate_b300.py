@@ -86,6 +86,7 @@ MAX_MEASUREMENTS = 100  # logged and --measured together: a fit of a few values 
 T = TypeVar("T")
 Item = TypeVar("Item")
 PathSegments = tuple[str | int, ...]  # a key path, split: ("moe_curve", "points", 1, "ms")
+Change = tuple[PathSegments, object]  # a key path and the value it takes
 
 
 class CalibrationError(ValueError):
@@ -151,7 +152,7 @@ class CurvePoints(tuple[CurvePoint, ...]):
     def __hash__(self) -> int:
         return self._hash
 
-    def with_times(self, points: dict[int, CurvePoint]) -> "CurvePoints":
+    def with_points(self, points: dict[int, CurvePoint]) -> "CurvePoints":
         """These points, those at some places replaced by points of the same M: the batches carry over."""
         replaced = list(self)
         for place, point in points.items():
@@ -1356,6 +1357,9 @@ def _read_curve(curve: _Reader) -> MoeCurve:
     return MoeCurve(tp, CurvePoints(sorted(points)), curve.string("fit", CURVE_FITS, "linear"))
 
 
+POINT_KEYS = ("m", "ms", "basis")  # a curve point's keys in the file
+
+
 def _read_point(curve: _Reader, position: int, item: object) -> CurvePoint:
     point = curve.element(f"{curve.at('points')}[{position}]", item)
     read = CurvePoint(point.count("m"), point.number("ms"), point.string("basis", POINT_BASES, "measured"), position)
@@ -1363,11 +1367,27 @@ def _read_point(curve: _Reader, position: int, item: object) -> CurvePoint:
     return read
 
 
-def _reread_times(curve: _Reader, before: MoeCurve, positions: set[int]) -> MoeCurve:
-    """`before` with some points read again where only their `ms` changed: each keeps its M, so its place."""
+def _reread_points(curve: _Reader, before: MoeCurve, positions: set[int]) -> MoeCurve | None:
+    """`before` with some points read again: a point whose M is the same keeps its place, else the points are
+    sorted again. None when a point is wrong or shares its M with another, for a full read to tell the error
+    that a full read tells first."""
     items, batches = curve.items("points", fewest=2, most=MAX_ITEMS["points"]), before.points.batches
-    points = [_read_point(curve, i, items[i]) for i in sorted(positions)]  # as a full read: the error --set tells
-    return before._replace(points=before.points.with_times({bisect.bisect_left(batches, p.m): p for p in points}))
+    try:
+        points = [_read_point(curve, i, items[i]) for i in sorted(positions)]
+    except CalibrationError:
+        return None
+    places: dict[int, CurvePoint] = {}
+    for point in points:
+        at = bisect.bisect_left(batches, point.m)
+        if at == len(batches) or (batches[at], before.points[at].position) != (point.m, point.position):
+            break  # its M changed
+        places[at] = point
+    else:
+        return before._replace(points=before.points.with_points(places))
+    moved = sorted([*(p for p in before.points if p.position not in positions), *points])
+    if any(a.m == b.m for a, b in itertools.pairwise(moved)):
+        return None
+    return before._replace(points=CurvePoints(moved))
 
 
 def _read_anchors(anchors: _Reader) -> Anchors:
@@ -1503,27 +1523,43 @@ def parse_calibration(data: object) -> Calibration:
     return _checked(Calibration(**sections, domains=domains), SECTIONS.keys())  # type: ignore[arg-type]
 
 
-def reread(cal: Calibration, doc: object, changed: Iterable[PathSegments]) -> Calibration:
+def reread(
+    cal: Calibration, doc: object, changed: Iterable[PathSegments], reshaped: Sequence[Change] = ()
+) -> Calibration:
     """The calibration with the sections of the changed key paths read again from doc, the others taken over.
 
     What --sweep, --sensitivity, --fit and --solve do at each of their points. A change inside
-    curve points re-reads those points alone (a curve may have 1,000).
+    curve points re-reads those points alone (a curve may have 1,000). A change that may add or
+    remove numbers (a list, an object or null) is `reshaped` too, with the value it replaced: the
+    numbers of that value leave the domains, the sections read again record those there now, and a
+    range at or inside it is read again.
     """
     changed = list(changed)
     if not (heads := {path[0] for path in changed}) <= SECTIONS.keys():
         return parse_calibration(doc)  # a key outside every section: the full read names it
     if heads & TREE_SECTIONS and cal.ranges and _on_accept_lengths(cal.ranges) and not _values_only(cal, changed):
         heads.add("ranges")  # a range's ends on an accept length, checked again against its tree's new limit
-    top = _Reader(doc, "", dict(cal.domains) if "ranges" in heads else None)
+    domains = None  # every number's domain, which a range's key is checked against
+    if reshaped or "ranges" in heads:
+        domains = dict(cal.domains)
+        for path, before in reshaped:  # its numbers go; the sections read again record those there now
+            where = format_path(path)
+            for key in _paths_in(before, where):
+                domains.pop(key, None)
+            if any(r.path == where or r.path.startswith((f"{where}.", f"{where}[")) for r in cal.ranges or ()):
+                heads.add("ranges")
+    top = _Reader(doc, "", domains)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
-    only_point_times = all(len(path) == 4 and path[1] == "points" and path[3] == "ms" for path in in_curve)
+    in_points = [path for path in in_curve if len(path) == 4 and path[1] == "points" and path[3] in POINT_KEYS]
+    points, points_only = {int(path[2]) for path in in_points}, len(in_points) == len(in_curve)
     read: dict[str, object] = {}
     for key in [key for key in SECTIONS if key in heads]:  # in a full read's order: it tells the error --set tells
-        if key == "moe_curve" and only_point_times:
-            read[key] = _reread_times(top.child(key), cal.moe_curve, {int(path[2]) for path in in_curve})
+        if key == "moe_curve" and points_only and (curve := _reread_points(top.child(key), cal.moe_curve, points)):
+            read[key] = curve
         else:
             read[key] = _read_section(top, key)
-    return _checked(cal._replace(**read), read.keys())  # type: ignore[arg-type]
+    found = cal._replace(**read, domains=cal.domains if domains is None else domains)  # type: ignore[arg-type]
+    return _checked(found, read.keys())
 
 
 @functools.lru_cache(maxsize=64)  # a sweep or a fit re-reads a tree at every point or trial, the ranges the same
@@ -1696,6 +1732,13 @@ def _children(node: object) -> Iterator[tuple[str | int, object]]:
     return iter(node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ())
 
 
+def _paths_in(value: object, path: str) -> Iterator[str]:
+    """The key paths of a value at `path` and of everything inside it, as the domains name them."""
+    yield path
+    for key, child in _children(value):
+        yield from _paths_in(child, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}")
+
+
 def default_calibration_path() -> str:
     """The calibration.json beside this script, else the one `pip install .` put in <prefix>/share/estimate-b300."""
     try:
@@ -1831,17 +1874,19 @@ def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> 
 
 # === The analyses: overrides, work spread over the CPUs, sweeps, sensitivity, the fit and solving, warnings ===
 
-Change = tuple[PathSegments, object]  # a key path and the value it takes
-
 
 def recalibrate(doc: object, cal: Calibration, changes: Sequence[Change]) -> tuple[object, Calibration]:
-    """The document and calibration with some values changed, checked again where they changed; all of it
-    when a value is a list, an object or null, which may add or remove keys that `ranges` name, as --set does."""
+    """The document and calibration with some values changed, checked again where they changed (see reread):
+    a list, an object or null may add or remove keys that `ranges` name."""
+    reshaped = []
     for path, value in changes:
+        if value is None or isinstance(value, (list, dict)):
+            try:
+                reshaped.append((path, get_path(doc, path)))
+            except CalibrationError:  # a key the document did not have: no number left with it
+                reshaped.append((path, None))
         doc = set_path(doc, path, value)
-    if any(value is None or isinstance(value, (list, dict)) for _, value in changes):
-        return doc, parse_calibration(doc)
-    return doc, reread(cal, doc, [path for path, _ in changes])
+    return doc, reread(cal, doc, [path for path, _ in changes], reshaped)
 
 
 class Override(NamedTuple):

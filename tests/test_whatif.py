@@ -946,6 +946,55 @@ def test_changing_a_points_time_rereads_to_what_a_full_read_gives() -> None:
 
 
 @pytest.mark.parametrize(
+    "changes",
+    [
+        [(("stronger_drafter", "accept"), [12, 14])],  # the range on accept[2] names a number no longer there
+        [(("stronger_drafter", "accept"), [12, 14, 15, 16])],
+        [(("stronger_drafter",), {"block": 8, "budget": 8, "accept": [4], "attn_base_scale": 1, "spec_scale": 1})],
+        [
+            (
+                ("stronger_drafter",),
+                {"block": 9, "budget": 9, "accept": [4, 5, 6], "attn_base_scale": 1, "spec_scale": 2},
+            )
+        ],
+        [(("sglang",), None)],  # an optional section, gone
+        [(("model",), {"layers": 61})],  # a section missing keys
+        [(("measurements",), [{"drafter": "current", "pipeline": "native", "accept": 4.4, "tok_s": 415}])],
+        [(("moe_curve", "points"), [{"m": 1, "ms": 1.2}, {"m": 8, "ms": 8}])],  # the range on points[2] names none
+        [(("moe_curve", "points", 0, "m"), 40)],  # the point moves to the other end of the curve
+        [(("moe_curve", "points", 2, "m"), 9)],  # the M of another point
+        [(("moe_curve", "points", 2, "m"), 0), (("moe_curve", "points", 1, "m"), 32)],  # the first error is [1]'s
+        [(("moe_curve", "points", 1, "basis"), "assumed"), (("moe_curve", "points", 1, "ms"), 9.5)],
+        [(("moe_curve", "points", 1), {"m": 12, "ms": 9.5})],
+        [
+            (("native_engine", "overhead_cut"), 0.3),
+            (("anchors", "ddtree"), {"block": 6, "budget": 7, "accept": 4, "tok_s": 300}),
+        ],
+    ],
+)
+def test_a_change_rereads_to_what_a_full_read_of_the_changed_file_gives(changes: list[eb.Change]) -> None:
+    """A sweep's point, a fit's trial: the records, every number's domain, or the error, as a full read gives."""
+    doc = default_doc()
+    doc["moe_curve"]["points"].reverse()  # M = 32, 9, 1: a point's place in the file is not its place on the curve
+    doc["ranges"] |= {
+        key: {"relative": 0.05, "source": "x"} for key in ("stronger_drafter.accept[2]", "moe_curve.points[2].ms")
+    }
+    cal, changed = eb.parse_calibration(doc), doc
+    for path, value in changes:
+        changed = eb.set_path(changed, path, value)
+
+    def outcome(read: Callable[[], eb.Calibration]) -> eb.Calibration | str:
+        try:
+            return read()
+        except eb.CalibrationError as exc:
+            return str(exc)
+
+    reread = outcome(lambda: eb.recalibrate(doc, cal, changes)[1])
+    assert reread == outcome(lambda: eb.parse_calibration(changed))
+    assert changes[0][1] != [12, 14] or "stronger_drafter.accept[2]" in str(reread)  # a case that fails fails
+
+
+@pytest.mark.parametrize(
     ("option", "change", "accept", "limit"),
     [
         ("--set", "stronger_drafter.block=8", 12, "block+1 = 9"),
