@@ -3730,7 +3730,10 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
 
     def shown(value: object, as_text: bool) -> object:  # text as it lands: one line, escaped; None left empty
         if isinstance(value, str):
-            return markdown_text(value) if markdown else style.written(printable(value)).translate(escapes)
+            if markdown:
+                return markdown_text(value)
+            text = printable(value) if style.charset is None else style.written(printable(value))
+            return text.translate(escapes) if escapes else text  # a sweep's table may have 100,000 rows
         return value if value is None or not as_text else str(value)
 
     cells = [[shown(c.cell(row), not c.fmt) for c in columns] for row in rows]
