@@ -1543,10 +1543,9 @@ def reread(
     if reshaped or "ranges" in heads:
         domains = dict(cal.domains)
         for path, before in reshaped:  # its numbers go; the sections read again record those there now
-            where = format_path(path)
-            for key in _paths_in(before, where):
+            for key in _paths_in(before, format_path(path)):
                 domains.pop(key, None)
-            if any(r.path == where or r.path.startswith((f"{where}.", f"{where}[")) for r in cal.ranges or ()):
+            if any(at_or_inside(ranged, path) for ranged in _range_paths(cal.ranges or ())):
                 heads.add("ranges")
     top = _Reader(doc, "", domains)
     in_curve = [path for path in changed if path[0] == "moe_curve"]
@@ -1563,9 +1562,14 @@ def reread(
 
 
 @functools.lru_cache(maxsize=64)  # a sweep or a fit re-reads a tree at every point or trial, the ranges the same
+def _range_paths(ranges: tuple[Range, ...]) -> tuple[PathSegments, ...]:
+    """The key path of each range, split."""
+    return tuple(parse_path(r.path) for r in ranges)
+
+
 def _on_accept_lengths(ranges: tuple[Range, ...]) -> bool:
     """Whether a range lies on an accept length, whose limit a tree's block and budget set."""
-    return any("accept" in parse_path(r.path) for r in ranges)
+    return any("accept" in path for path in _range_paths(ranges))
 
 
 def _values_only(cal: Calibration, changed: Iterable[PathSegments]) -> bool:
