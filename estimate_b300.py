@@ -2946,16 +2946,16 @@ def _stop_warning(stop: Stop, failed: CalibrationError | None, option: str) -> s
 def _value_warnings(fit_values: Sequence[FitValue], option: str) -> list[str]:
     """What a value found says of itself: outside its range, far from its value before with no range to hold it
     to (10 times it or a tenth), or on the edge of what it may take."""
-    found = "solved" if option == "--solve" else "fitted"
+    found, data = ("solved", "the observation") if option == "--solve" else ("fitted", "the measurements")
     outside = [
         f"{option} {v.path}: the {found} value {v.text} lies outside its range in the calibration, {r.low:g} to "
-        f"{r.high:g} ({r.source}); the measurements and that assumption disagree"
+        f"{r.high:g} ({r.source}); {data} and that assumption disagree"
         for v in fit_values if (r := v.range) and not r.low <= v.value <= r.high
     ]  # fmt: skip
     far = [
         f"{option} {v.path}: the {found} value {v.text} is {_times(v.value / v.previous)} the value before, "
-        f"{v.previous_text}, and the calibration has no range to say what is plausible; the measurements and the "
-        "model disagree, or the value lies far from what was assumed"
+        f"{v.previous_text}, and the calibration has no range to say what is plausible; {data} and the model "
+        "disagree, or the value lies far from what was assumed"
         for v in fit_values
         if v.range is None and v.value * v.previous > 0
         and not 1 / FAR_FROM_BEFORE < v.value / v.previous < FAR_FROM_BEFORE
@@ -3277,7 +3277,8 @@ def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str)
     text = f"{option} {spec.drafter}/{spec.pipeline}{accept}={_describe(tok_s)}"
     if spec.drafter == "ar":
         return Measurement(f"AR/{spec.pipeline}", None, spec.pipeline, None, None, None, tok_s, text, text)
-    row = scenario_for(cal, spec, option)
+    with naming(option, text.removeprefix(f"{option} ")):  # the whole option, its throughput too
+        row = scenario_for(cal, spec, option)
     return Measurement(row.label, spec.drafter, spec.pipeline, None, None, row.accept, tok_s, text, text)
 
 
@@ -4801,7 +4802,8 @@ def build_parser(columns: int) -> argparse.ArgumentParser:
     once("--tablefmt", metavar="NAME", help="any tabulate format for the tables (default simple), e.g. github")
     flag, _, _ = kinds(parser.add_argument_group("showing the work"))
     flag("--all", help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, measurements")
-    flag("--explain", help="print the derivation, one figure a line, in place of the tables (no --format or --sweep)")
+    flag("--explain", help="print the derivation, one figure a line, in place of the tables (the table format only; "
+                           "no --tablefmt or --sweep)")  # fmt: skip
     flag("--no-chart", help="leave out the step-time breakdown chart")
     flag("--ascii", help="plain ASCII output (automatic when stdout cannot write the chart's blocks)")
     flag, once, many = kinds(parser.add_argument_group("what-if analysis"))

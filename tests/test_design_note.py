@@ -327,6 +327,7 @@ def test_a_solved_value_outside_its_range_warns(capsys: pytest.CaptureFixture[st
     value = run.json()["solve"]["value"]
     assert value < 1.5
     assert run.err.count("\n") == 1 and "lies outside its range in the calibration, 1.5 to 2" in run.err
+    assert run.err.endswith("; the observation and that assumption disagree\n")  # one, not "the measurements"
     assert any("lies outside its range" in w for w in run.json()["warnings"])
 
 

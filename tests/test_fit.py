@@ -195,7 +195,7 @@ def test_a_value_found_far_from_its_value_before_warns_when_no_range_holds_it(
     run = run_main(capsys, *args, "current/native=504.99")
     assert run.code == 0 and run.err == (
         "estimate_b300: warning: --solve hardware.target.mem_bandwidth_tb_s: the solved value 36931.5 is 4,616x the "
-        "value before, 8, and the calibration has no range to say what is plausible; the measurements and the model "
+        "value before, 8, and the calibration has no range to say what is plausible; the observation and the model "
         "disagree, or the value lies far from what was assumed\n"
     )
     cut = run_main(
@@ -313,7 +313,11 @@ def test_at_most_100_measurements_in_all(
     ],
 )
 def test_bad_measured_options(capsys: pytest.CaptureFixture[str], text: str, fragment: str) -> None:
-    assert_clean_error(run_main(capsys, "--measured", text), "--measured", fragment)
+    """Each error names the option whole, as typed, its throughput too."""
+    assert_clean_error(run_main(capsys, "--measured", text), f"--measured {text}: ", fragment)
+    if not text.startswith("ar/"):
+        observed = run_main(capsys, "--solve", "native_engine.overhead_cut", "--observed", text)
+        assert_clean_error(observed, f"--observed {text}: ")
 
 
 # --- The fit ----------------------------------------------------------------------------------

@@ -627,7 +627,7 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--solve", "native_engine.overhead_cut", "--observed", "current/native=415=3"],
          "--observed current/native=415=3: expected DRAFTER/PIPELINE[@ACCEPT]"),
         (["--solve", "native_engine.overhead_cut", "--observed", "current/native@9.0000001=415"],
-         "--observed current/native@9.0000001: @9.0000001: 9.0000001 exceeds the tree's limit budget+1 = 9"),
+         "--observed current/native@9.0000001=415: @9.0000001: 9.0000001 exceeds the tree's limit budget+1 = 9"),
         (["--sweep", "stronger_drafter.block=16,4", "--measured", "stronger/native@14=900"],
          "usage: --measured and --sweep cannot be combined: a measurement goes to the track record and --fit"),
         (["--solve", "native_engine.overhead_cut", "--observed", "current/native=5000.123456"],
