@@ -2541,6 +2541,7 @@ class SensitivityRow(NamedTuple):
 
 class Sensitivity(NamedTuple):
     scenario: str
+    spec: ScenarioSpec  # as named: without an accept length, a range on the default one moves the scenario with it
     tok_s: float  # with every assumption at its value in force
     rows: tuple[SensitivityRow, ...]  # sorted by swing, largest first
     tok_s_min: float  # over every combination of the range ends
@@ -2623,9 +2624,8 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
         return band
 
     band = over_cpus_in_chunks(band_of, corners, BAND_CHUNK)
-    return Sensitivity(
-        base.label, base.tok_s, tuple(sorted(rows, key=lambda row: -row.swing)), min(band), max(band), len(band)
-    )
+    rows.sort(key=lambda row: -row.swing)
+    return Sensitivity(base.label, spec, base.tok_s, tuple(rows), min(band), max(band), len(band))
 
 
 # --- Calibrating from measurements: the track record, the fit, and --solve as the fit of one value ---
@@ -3521,7 +3521,8 @@ def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool, studie
     spread, no_band, spec = None, "", ScenarioSpec("stronger", "native", None)
     if band and cal.ranges:
         try:
-            same = studied and studied.scenario == scenario_for(cal, spec, "--scenario").label
+            held = studied and studied.spec != spec and any(scenario_accept(r.path, cal.domains) for r in cal.ranges)
+            same = studied and not held and studied.scenario == scenario_for(cal, spec, "--scenario").label
             spread = studied if same else sensitivity(doc, cal, spec, every_corner=False)
         except CalibrationError as exc:  # a range end the calibration cannot take costs the band, not the run
             no_band = f"the headline has no uncertainty band: {exc.path}: {exc.message}"

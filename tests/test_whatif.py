@@ -634,6 +634,21 @@ def test_the_headline_band_is_the_whole_band_beside_sensitivity(
     assert "spans 390 to 1550 tok/s" in flat(run_main(capsys, "--calibration", path).out)  # two corners alone
 
 
+def test_a_named_accept_length_is_held_where_a_range_would_move_the_default_scenario(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With a range on the middle accept length, stronger/native moves with it and stronger/native@14 does not: two
+    studies under one label. The headline's band is always the default scenario's, with or without --sensitivity."""
+    ranges = {"stronger_drafter.accept[1]": {"low": 13, "high": 17, "source": "x"},
+              "native_engine.overhead_cut": {"low": 0.2, "high": 0.6, "source": "y"}}  # fmt: skip
+    args = ["--set", f"ranges={json.dumps(ranges)}", "--no-chart"]
+    headline = "stronger/native@14 (950 tok/s) spans 730 to 1459 tok/s (-23% / +53%)."
+    assert headline in flat(run_main(capsys, *args).out)
+    for scenario, band in (("stronger/native", "730 to 1459"), ("stronger/native@14", "786 to 1201")):
+        out = flat(run_main(capsys, *args, "--sensitivity", "--scenario", scenario).out)
+        assert headline in out and f"Band: {band} tok/s over all 4 combinations" in out
+
+
 @pytest.mark.parametrize(
     ("label", "expected"),
     [
