@@ -1865,11 +1865,11 @@ def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> 
         raise CalibrationError(
             format_path(segments[:i]), f"is {_kind(doc)}, not an object with key {shortened(repr(key))}"
         )
+    if key not in doc and after < len(segments) and segments[0] == "ranges" and i == 1:  # in no range that is there
+        raise CalibrationError(  # a range's key is a key path, so the whole path would name the range
+            format_path(segments), "no such range in the calibration; a new range goes in with --set 'ranges={...}'"
+        )
     if key not in doc and after < len(segments) and isinstance(segments[after], int):  # no list to take [N] from
-        if segments[0] == "ranges" and (i == 1 or not doc):  # not in a range that is there: the whole path names one
-            raise CalibrationError(
-                format_path(segments), "no such range in the calibration; a new range goes in with --set 'ranges={...}'"
-            )
         lists = [k for k, v in doc.items() if isinstance(v, list)][:64]  # the nearest of them, if few: a hint
         hint = _unknown(key, lists, "expected a key that holds a list", format_path(segments[:i]) + "." * bool(i))
         raise CalibrationError(format_path(segments[:after]), f"unknown key ({hint})")

@@ -638,6 +638,10 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
          "ranges.native_engine.overhead_cut.low: a range is {low, high} or {relative}, not both"),
         (["--set", "ranges.moe_curve.points[1].ms.relative=0.2"],
          "ranges.moe_curve.points[1].ms.relative: no such range in the calibration; a new range goes in with"),
+        (["--set", 'ranges.anchors.ddtree.accept={"relative":0.1,"source":"s"}'],  # not "holds 3 numbers" in ranges
+         "ranges.anchors.ddtree.accept: no such range in the calibration; a new range goes in with"),
+        (["--set", 'ranges.model.hidden_size={"relative":0.1,"source":"s"}'],
+         "ranges.model.hidden_size: no such range in the calibration; a new range goes in with"),
     ],
 )  # fmt: skip
 def test_values_that_break_arithmetic(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:
