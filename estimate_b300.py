@@ -2223,6 +2223,12 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
         )
     try:
         start, stop, step_size = [decimal.Decimal(part) for part in parts]
+        whole = all(part.strip().lstrip("+-").isdigit() for part in parts)  # 16:64:16 gives 16, not 16.0
+        if not whole and not all(math.isfinite(float(number)) for number in (start, stop, step_size)):
+            raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size")  # 1e400: Infinity
+        if not whole and step_size and not float(step_size):  # 1e-400: a step of 0, as a float
+            raise CalibrationError("", f"a step of {shortened(parts[2].strip())} is too small for a float and would "
+                                       "read as 0; expected numbers of sensible size")  # fmt: skip
         steps = (stop - start) / step_size if step_size else decimal.Decimal(-1)
         if steps < 0:
             typed = [shortened(part) for part in parts]
@@ -2234,10 +2240,7 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
         exact = [start + i * step_size for i in range(int(steps) + 1)]
     except decimal.DecimalException:  # past the exponents decimal holds: 1e1000000
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
-    whole = all(part.strip().lstrip("+-").isdigit() for part in parts)  # 16:64:16 gives 16, not 16.0
     swept = tuple(int(v) if whole else float(v) + 0.0 for v in exact)  # + 0.0: -0 is 0
-    if not whole and not all(map(math.isfinite, swept)):  # past a float: 1e400 would be swept as Infinity
-        raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size")
     if lost := next((v for v, f in zip(exact, swept, strict=True) if v and not f), None):  # 1e-400 as 0
         shown = shortened(format(lost, "g"))
         raise CalibrationError("", f"a value of {shown} is too small for a float and would read as 0; expected "

@@ -582,6 +582,9 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--sweep", "native_engine.overhead_cut=0.1,0.2,"], "item 3 of 3 is empty"),
         (["--sweep", "native_engine.overhead_cut=0.1,,0.2"], "item 2 of 3 is empty"),
         (["--sweep", "native_engine.overhead_cut=1e400:1e400:1"], "START:STOP:STEP with numbers of sensible size"),
+        (["--sweep", "native_engine.overhead_cut=0.2:0.6:1e400"], "START:STOP:STEP with numbers of sensible size"),
+        (["--sweep", "native_engine.overhead_cut=0.2:0.6:1e-400"],  # not "about 4.00e+399 values"
+         "0.2:0.6:1e-400: a step of 1e-400 is too small for a float and would read as 0; expected numbers of"),
         (["--set", "x=" + "[" * 1000 + "]" * 1000], "a value nested more than 32 deep"),
         # 32 lists around a number are 32 deep, not 33: the value is checked, and found not to be an object
         (["--set", "native_engine=" + "[" * 32 + "1" + "]" * 32], "native_engine: got a list; expected an object"),
