@@ -4999,6 +4999,15 @@ def _stdout_encoding() -> str:
     return getattr(sys.stdout, "encoding", None) or "utf-8"
 
 
+def _writes_lines(encoding: str) -> bool:
+    """Whether an output encoding keeps the lines: a UTF, or one that writes a line break as one byte (punycode
+    and unicode_escape write it as two, and the output would be one garbled line)."""
+    try:
+        return codecs.lookup(encoding).name.startswith("utf") or len("\n".encode(encoding)) == 1
+    except (LookupError, UnicodeError):
+        return False
+
+
 def _encodes(text: str, encoding: str, errors: str = "strict") -> bool:
     try:
         text.encode(encoding, errors)
@@ -5022,6 +5031,8 @@ def say(line: str) -> None:
     text = visible(line) + "\n"
     try:
         try:
+            if not _writes_lines(getattr(sys.stderr, "encoding", None) or "utf-8"):
+                raise UnicodeError  # PYTHONIOENCODING=punycode would garble it: in ASCII, as below
             sys.stderr.write(text)
         except UnicodeError:  # an encoding that cannot write it (PYTHONIOENCODING=idna): the line in ASCII
             sys.stderr.buffer.write(text.encode("ascii", "backslashreplace"))
@@ -5035,6 +5046,9 @@ def emit(chunks: Iterable[str]) -> int:
     try:
         if sys.stdout is None:
             raise OSError("stdout is closed")
+        if not _writes_lines(encoding := _stdout_encoding()):  # punycode: the output would be one garbled line
+            line_break = "\n".encode(encoding)
+            raise UnicodeError(f"it writes a line break as {line_break!r}")
         for chunk in chunks:
             sys.stdout.write(chunk)
         sys.stdout.flush()

@@ -292,6 +292,21 @@ def test_an_output_encoding_that_cannot_write_text() -> None:
     assert_clean_error(run_script("--bogus", env={"PYTHONIOENCODING": "idna"}), "unrecognized arguments: --bogus")
 
 
+@pytest.mark.parametrize(("encoding", "line_break"), [("punycode", r"b'\n-'"), ("unicode_escape", r"b'\\n'")])
+def test_an_output_encoding_that_would_write_no_lines(encoding: str, line_break: str) -> None:
+    """Both write any text, but not its lines: the output would be one garbled line (punycode ends each write
+    with a "-"), and so would an error or a warning, which goes to stderr in ASCII instead."""
+    run = run_script("--format", "json", env={"PYTHONIOENCODING": encoding})
+    assert (run.code, run.out) == (1, "")
+    assert run.err == (
+        f"estimate_b300: cannot write the output in the encoding {encoding.replace('_', '-')} (it writes a line "
+        f"break as {line_break}); expected an encoding of text such as utf-8 (PYTHONIOENCODING)\n"
+    )
+    bogus = run_script("--bogus", env={"PYTHONIOENCODING": encoding})
+    assert_clean_error(bogus, "unrecognized arguments: --bogus")
+    assert bogus.err.endswith("; see --help\n")
+
+
 @pytest.mark.parametrize(
     "args",
     [
