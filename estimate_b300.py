@@ -1922,6 +1922,11 @@ def shortened(text: str) -> str:
     return text if len(text) <= 80 else f"{text[:50]}...{text[-27:]}"
 
 
+def plural(count: int, noun: str) -> str:
+    """A count and its noun: '1 point', '2 points'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def json_float(text: str) -> float:
     """A JSON number with a fraction or an exponent, as a float: one past what a float holds is an error that
     names it as written, not the Infinity or the 0 it would read as (1e-400 would pass for a cut of 0)."""
@@ -2420,7 +2425,8 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
         names.update(met)
         size += len(packed)
         held.append(packed if size <= SWEEP_HELD else None)
-    warnings = [f"at {n} of {count} sweep points (the first at {at}): {first}" for n, at, first in seen.values()]
+    points = plural(count, "sweep point")
+    warnings = [f"at {n} of {points} (the first at {at}): {first}" for n, at, first in seen.values()]
     return plan._replace(
         warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), cannot_run=tuple(cannot.items()),
         names=tuple(names), held=tuple(held),
@@ -2769,7 +2775,7 @@ def fit(
         )  # fmt: skip
     if len(measurements) < len(keys):
         raise CalibrationError(
-            "", f"{len(measurements)} measurement{'s' if len(measurements) > 1 else ''} cannot fit {len(keys)} values; "
+            "", f"{plural(len(measurements), 'measurement')} cannot fit {len(keys)} values; "
             "expected at least as many measurements as values", file=option,
         )  # fmt: skip
     start = [number_at(doc, path) for path, _ in keys]
@@ -3867,7 +3873,7 @@ def headline_lines(report: Report) -> list[str]:
         at = " at the fitted values" if report.fit else " at the solved value" if report.solve else ""
         worst = max(record, key=lambda p: abs(p.relative_error))
         error = report.track_record_rms or 0.0
-        logged = f"the {len(record)} measurement{'s' if len(record) > 1 else ''}"
+        logged = f"the {plural(len(record), 'measurement')}"
         lines.append(
             f"Track record: the model predicts {logged}{at} within {fixed(error, '.1%', deviation=True)} RMS (worst: "
             f"{worst.measurement.label}, {fixed(worst.relative_error, '+.1%')})."
@@ -4101,7 +4107,8 @@ def sweep_section(report: Report, style: Style) -> Section:
             cannot = f" [{footnote[reason]}]" if reason else ""
             cells[step_at], cells[tok_s_at] = f"{fixed(step_ms, '.2f')}{_mark(extrapolated)}{cannot}", tok_s
         rows.append([cells.get(i) for i in range(len(columns))])  # every column is placed: a row of each
-    return Section("Sweep", f"Sweep: {report.sweep.size} points", table(rows, columns, style._replace(width=10**6)))
+    title = f"Sweep: {plural(report.sweep.size, 'point')}"
+    return Section("Sweep", title, table(rows, columns, style._replace(width=10**6)))
 
 
 def solve_section(report: Report, style: Style) -> Section:
@@ -4140,8 +4147,7 @@ def fit_section(report: Report, style: Style) -> Section:
     ]
     rows = list(zip(fit.before, fit.after, fit.loo_residuals, strict=True))
     title = (
-        f"Fit of {len(fit.values)} value{'s' if len(fit.values) > 1 else ''} to {len(fit.before)} "
-        f"measurement{'s' if len(fit.before) > 1 else ''}: "
+        f"Fit of {plural(len(fit.values), 'value')} to {plural(len(fit.before), 'measurement')}: "
         f"{fit.method}; RMS error {fixed(fit.rms_before or 0.0, '.1%', deviation=True)} before, "
         f"{fixed(fit.rms_after or 0.0, '.1%', deviation=True)} after. Every figure below "
         "uses the fitted values."
@@ -4217,8 +4223,8 @@ def notes(report: Report, style: Style) -> list[str]:
         found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
         found.append(f"x today: tok/s over today's {est.decomposition.today.value:g} tok/s, {_measured(cal)}.")
     else:  # a step is marked [i] at each point where its pipeline cannot run the tree
-        size = report.sweep.size
-        found += [f"[{i}] at {n} of {size} points: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]
+        size = plural(report.sweep.size, "point")
+        found += [f"[{i}] at {n} of {size}: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]
     if style.everything and report.sweep is None:
         found.append(
             "chain alpha: the per-token acceptance rate a single chain as deep as the block needs for that accept "

@@ -265,7 +265,7 @@ def test_a_sweep_marks_the_steps_a_pipeline_cannot_run(capsys: pytest.CaptureFix
     ]  # fmt: skip
     dotted = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2", "--set", "sglang.max_budget_source=fails.")
     single = run_main(capsys, "--set", "sglang.max_budget_source=fails.").out  # a reason's own full stop, once
-    assert "[1] at 1 of 1 points: SGLang cannot verify a budget above 8: fails.\n" in dotted.out
+    assert "[1] at 1 of 1 point: SGLang cannot verify a budget above 8: fails.\n" in dotted.out
     assert "[1] SGLang cannot verify a budget above 8: fails.\n" in single
     runs = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2,0.4", "--set", "sglang.max_budget=32").out
     assert "[1]" not in runs and "cannot" not in runs
@@ -289,6 +289,13 @@ def test_a_swept_text_is_taken_as_set_takes_it(capsys: pytest.CaptureFixture[str
         assert run.code == 0, run.err
     run = run_main(capsys, "--sweep", 'hardware.target.name="a:b:c"', "--format", "json")
     assert run.code == 0 and [p["values"] for p in run.json()["sweep"]] == [{"hardware.target.name": "a:b:c"}]
+
+
+def test_a_sweep_of_one_point_counts_it_in_the_singular(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--sweep", "hardware.target.name=H200", "--no-chart")
+    out = flat(run.out)
+    assert "Sweep: 1 point " in out and "[1] at 1 of 1 point: SGLang cannot verify a budget above 8" in out
+    assert run.err.startswith("estimate_b300: warning: at 1 of 1 sweep point (the first at hardware.target.name=H200)")
 
 
 def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
