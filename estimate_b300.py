@@ -1307,7 +1307,7 @@ class _Reader:
         if not isinstance(value, list):
             raise self.error(key, f"got {_kind(value)}; expected a list")
         if not fewest <= len(value) <= most:
-            raise self.error(key, f"has {len(value):,} entries; expected {fewest} to {most:,}")
+            raise self.error(key, f"has {plural(len(value), 'entry', 'entries')}; expected {fewest} to {most:,}")
         return value
 
     def finish(self) -> None:
@@ -1857,7 +1857,9 @@ def set_path(doc: object, segments: PathSegments, value: object, i: int = 0) -> 
         if not isinstance(doc, list):
             raise CalibrationError(where, f"the value there is {_kind(doc)}, not a list")
         if key >= len(doc):
-            raise CalibrationError(where, f"the list has {len(doc)} entries; expected an index below {len(doc)}")
+            raise CalibrationError(
+                where, f"the list has {plural(len(doc), 'entry', 'entries')}; expected an index below {len(doc)}"
+            )
         return [*doc[:key], set_path(doc[key], segments, value, after), *doc[key + 1 :]]
     if doc is None:
         doc = {}
@@ -1922,9 +1924,9 @@ def shortened(text: str) -> str:
     return text if len(text) <= 80 else f"{text[:50]}...{text[-27:]}"
 
 
-def plural(count: int, noun: str) -> str:
-    """A count and its noun: '1 point', '2 points'."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+def plural(count: int, noun: str, nouns: str = "") -> str:
+    """A count and its noun: '1 point', '1,000 points', '2 entries' (nouns given)."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def json_float(text: str) -> float:
@@ -2040,6 +2042,14 @@ class ScenarioSpec(NamedTuple):
             if accept < 1:
                 raise bad(f"@{shown}: got {_describe(number)}; expected {ACCEPT.describe()}")
         return ScenarioSpec(drafter, pipeline, accept)
+
+
+class Throughput(NamedTuple):
+    """A throughput named on the command line (--observed, --measured) for a scenario."""
+
+    spec: ScenarioSpec
+    tok_s: float
+    text: str  # as typed, for messages: 'current/native@4.4=463'
 
 
 def scenario_for(cal: Calibration, spec: ScenarioSpec, option: str, place: int | None = None) -> Scenario:
@@ -2426,7 +2436,7 @@ def plan_sweep(doc: object, cal: Calibration, sweeps: Sequence[Sweep], label: st
         size += len(packed)
         held.append(packed if size <= SWEEP_HELD else None)
     points = plural(count, "sweep point")
-    warnings = [f"at {n} of {points} (the first at {at}): {first}" for n, at, first in seen.values()]
+    warnings = [f"at {n:,} of {points} (the first at {at}): {first}" for n, at, first in seen.values()]
     return plan._replace(
         warnings=tuple(warnings), extrapolated=tuple(sorted(extrapolated)), cannot_run=tuple(cannot.items()),
         names=tuple(names), held=tuple(held),
@@ -2821,7 +2831,7 @@ def fit(
         FitValue(name, value, before, ranges.get(name), domain)
         for name, value, before, domain in zip(names, values, start, domains, strict=True)
     )
-    warnings += _value_warnings(fit_values, option)
+    warnings += _value_warnings(fit_values, option, len(measurements))
     return Fit(fit_values, before, after, tuple(loo), tuple(roots), method, tuple(warnings))
 
 
@@ -2952,10 +2962,11 @@ def _stop_warning(stop: Stop, failed: CalibrationError | None, option: str) -> s
     )
 
 
-def _value_warnings(fit_values: Sequence[FitValue], option: str) -> list[str]:
+def _value_warnings(fit_values: Sequence[FitValue], option: str, measured: int) -> list[str]:
     """What a value found says of itself: outside its range, far from its value before with no range to hold it
     to (10 times it or a tenth), or on the edge of what it may take."""
     found, data = ("solved", "the observation") if option == "--solve" else ("fitted", "the measurements")
+    data = "the measurement" if measured == 1 and option == "--fit" else data
     outside = [
         f"{option} {v.path}: the {found} value {v.text} lies outside its range in the calibration, {r.low:g} to "
         f"{r.high:g} ({r.source}); {data} and that assumption disagree"
@@ -3280,23 +3291,24 @@ def crossings(gap: Callable[[float], float | None], seen: list[tuple[float, floa
     return sorted(roots), [g for _, g in seen]
 
 
-def observation(cal: Calibration, spec: ScenarioSpec, tok_s: float, option: str) -> Measurement:
+def observation(cal: Calibration, given: Throughput, option: str) -> Measurement:
     """A throughput named on the command line (--observed, --measured), as a measurement."""
+    spec, tok_s = given.spec, given.tok_s
     accept = "" if spec.accept is None else f"@{_describe(spec.accept)}"
     text = f"{option} {spec.drafter}/{spec.pipeline}{accept}={_describe(tok_s)}"
     if spec.drafter == "ar":
         return Measurement(f"AR/{spec.pipeline}", None, spec.pipeline, None, None, None, tok_s, text, text)
-    with naming(option, text.removeprefix(f"{option} ")):  # the whole option, its throughput too
+    with naming(option, given.text):  # the whole option as typed, its throughput too
         row = scenario_for(cal, spec, option)
     return Measurement(row.label, spec.drafter, spec.pipeline, None, None, row.accept, tok_s, text, text)
 
 
-def solve(doc: object, cal: Calibration, path_text: str, spec: ScenarioSpec, observed: float) -> Fit:
+def solve(doc: object, cal: Calibration, path_text: str, observed: Throughput) -> Fit:
     """The value of one assumption at which a scenario's estimate equals an observed tok/s: the fit of one value.
 
     Default data: current/native = 463 tok/s needs overhead_cut = 0.4005.
     """
-    m = observation(cal, spec, observed, "--observed")
+    m, spec = observation(cal, observed, "--observed"), observed.spec
     if spec.drafter == "stronger" and scenario_accept(key := format_path(parse_path(path_text)), cal.domains):
         raise CalibrationError(key, accept_to_meet(cal, spec, m), file="--solve")
     result = fit(doc, cal, [path_text], [m], "--solve")
@@ -3321,18 +3333,16 @@ def accept_to_meet(cal: Calibration, spec: ScenarioSpec, m: Measurement) -> str:
     )
 
 
-def log_measured(
-    doc: object, cal: Calibration, measured: Sequence[tuple[ScenarioSpec, float]]
-) -> tuple[object, Calibration]:
+def log_measured(doc: object, cal: Calibration, measured: Sequence[Throughput]) -> tuple[object, Calibration]:
     """The document and calibration with the --measured throughputs added to its `measurements` list."""
     if not measured:
         return doc, cal
     if len(cal.measurements) + len(measured) > MAX_MEASUREMENTS:
         raise CalibrationError(
-            "", f"the calibration logs {len(cal.measurements)} measurements and --measured adds {len(measured)}; "
-            f"expected at most {MAX_MEASUREMENTS} in all", file="--measured",
+            "", f"the calibration logs {plural(len(cal.measurements), 'measurement')} and --measured adds "
+            f"{len(measured)}; expected at most {MAX_MEASUREMENTS} in all", file="--measured",
         )  # fmt: skip
-    added = [observation(cal, spec, tok_s, "--measured") for spec, tok_s in measured]
+    added = [observation(cal, given, "--measured") for given in measured]
     kinds = [{"drafter": m.drafter, "accept": m.accept} if m.drafter else {"decode": "autoregressive"} for m in added]
     entries = [
         {"label": m.label, **kind, "pipeline": m.pipeline, "tok_s": m.tok_s, "source": m.source}
@@ -3349,8 +3359,8 @@ def log_measured(
 
 
 # How a warning counts the cases after its first, by kind (the anchors' GPU can differ from the target only once).
-MORE_CASES = {"curve": "places where it falls", "peak": "points like it", "floor": "scenarios like it",
-              "sglang": "measurements like it"}  # fmt: skip
+MORE_CASES = {"curve": ("place", "where it falls"), "peak": ("point", "like it"), "floor": ("scenario", "like it"),
+              "sglang": ("measurement", "like it")}  # fmt: skip
 
 
 def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[str, str]]:
@@ -3400,8 +3410,13 @@ def counted(found: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     cases: dict[str, list[str]] = {}
     for kind, message in dict.fromkeys(found):
         cases.setdefault(kind, []).append(message)
-    return [(kind, first + (f" (and {len(more)} more {MORE_CASES[kind]})" if more else ""))
-            for kind, (first, *more) in cases.items()]  # fmt: skip
+    told = []
+    for kind, (first, *more) in cases.items():
+        if more:
+            noun, tail = MORE_CASES[kind]
+            first += f" (and {plural(len(more), f'more {noun}')} {tail})"
+        told.append((kind, first))
+    return told
 
 
 def sglang_cannot(cal: Calibration, m: Measurement) -> str | None:
@@ -3423,8 +3438,8 @@ class Options(NamedTuple):
     sweeps: tuple[Sweep, ...] = ()
     sensitivity: ScenarioSpec | None = None
     solve: str | None = None
-    observed: tuple[ScenarioSpec, float] | None = None
-    measured: tuple[tuple[ScenarioSpec, float], ...] = ()  # throughputs --measured adds to the calibration's log
+    observed: Throughput | None = None
+    measured: tuple[Throughput, ...] = ()  # throughputs --measured adds to the calibration's log
     fit: tuple[str, ...] = ()  # key paths to fit to the measurements
     headline_band: bool = False  # the uncertainty band of the headline estimate, when the output shows it
     sweep_table: bool = False  # the output shows a sweep as a table
@@ -3483,7 +3498,7 @@ def build_report(options: Options) -> Report:
         label += "".join(f" with {m.source}" for m in added)  # errors at a sweep's point say they are there
         fitted = None
         if options.solve and options.observed:
-            fitted = solve(doc, cal, options.solve, *options.observed)
+            fitted = solve(doc, cal, options.solve, options.observed)
         elif options.fit:
             fitted = fit(doc, cal, options.fit, cal.measurements)
         if fitted:
@@ -3844,12 +3859,14 @@ def _change(share: float) -> str:
 def headline_lines(report: Report) -> list[str]:
     """Two to four sentences: today's throughput, the native engine's, the stronger drafter's, and how sure."""
     h, cal = report.headline, report.estimate.calibration
+    cut = cal.native_engine.overhead_cut
+    removed = fixed(cut, ".0%")
+    removed = f"{_apart(100 * cut, 100)}%" if removed == "100%" and cut < 1 else removed  # 99.6%, not 100%
     lines = [
         f"Today: {fixed(h.today.tok_s, '.0f')} tok/s, {_measured(cal)} (current drafter on SGLang, accept "
         f"{h.today.accept:g}).",
         f"The native engine with today's drafter: {fixed(h.native.tok_s, '.0f')} tok/s, "
-        f"{fixed(h.native.vs_today, '.2f')}x today, if it removes {fixed(cal.native_engine.overhead_cut, '.0%')} of "
-        "the time outside the MoE.",
+        f"{fixed(h.native.vs_today, '.2f')}x today, if it removes {removed} of the time outside the MoE.",
     ]
     rows = [r for pipeline_rows in h.stronger.values() for r in pipeline_rows]  # native always runs it
     on = "; ".join(
@@ -4225,7 +4242,7 @@ def notes(report: Report, style: Style) -> list[str]:
         found.append(f"x today: tok/s over today's {est.decomposition.today.value:g} tok/s, {_measured(cal)}.")
     else:  # a step is marked [i] at each point where its pipeline cannot run the tree
         size = plural(report.sweep.size, "point")
-        found += [f"[{i}] at {n} of {size}: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]
+        found += [f"[{i}] at {n:,} of {size}: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]
     if style.everything and report.sweep is None:
         found.append(
             "chain alpha: the per-token acceptance rate a single chain as deep as the block needs for that accept "
@@ -4687,7 +4704,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out.append(f"  {found.path} = {found.text}: solved so that {observed} ({sol.method})")
     if report.fit:
         out += [
-            f"  {v.path} = {v.text}: fitted to {len(report.fit.before)} measurements, was {v.previous_text} "
+            f"  {v.path} = {v.text}: fitted to {plural(len(report.fit.before), 'measurement')}, was {v.previous_text} "
             f"({report.fit.method})" for v in report.fit.values
         ]  # fmt: skip
     if fit := est.experts_fit:
@@ -4911,7 +4928,7 @@ def _has_tabulate() -> bool:
     return True
 
 
-def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
+def parse_throughput(option: str, text: str) -> Throughput:
     """--observed and --measured: 'current/native=463' (--measured also takes 'ar/native=201')."""
     label, sep, tok_s_text = text.rpartition("=")
     with naming(option, text):  # the whole text: 'current/native=415=3' is wrong in its label, as typed
@@ -4928,7 +4945,7 @@ def parse_throughput(option: str, text: str) -> tuple[ScenarioSpec, float]:
         if tok_s not in THROUGHPUT:
             expected = f"a positive throughput in tok/s, {THROUGHPUT.describe()}{_as_json(tok_s, THROUGHPUT)}"
             raise CalibrationError("", f"got {_describe(tok_s)}; expected {expected}")
-        return spec, float(tok_s)
+        return Throughput(spec, float(tok_s), text)
 
 
 def parse_options(args: argparse.Namespace) -> Options:

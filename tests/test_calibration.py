@@ -107,7 +107,7 @@ BAD_VALUES: list[tuple[str, Callable[[dict[str, Any]], object], list[str]]] = [
     ("fractional block", lambda d: d["stronger_drafter"].update(block=16.5), ["block: got 16.5", "whole number"]),
     ("zero budget", lambda d: d["anchors"]["ddtree"].update(budget=0), ["anchors.ddtree.budget: got 0"]),
     ("string block", lambda d: d["stronger_drafter"].update(block="16.0"), ['block: got a string "16.0"', "it: 16)"]),
-    ("one curve point", lambda d: d["moe_curve"].update(points=[{"m": 9, "ms": 8.85}]), ["has 1 entries"]),
+    ("one curve point", lambda d: d["moe_curve"].update(points=[{"m": 9, "ms": 8.85}]), ["has 1 entry; expected 2"]),
     (
         "duplicate M",
         lambda d: d["moe_curve"]["points"].append({"m": 9, "ms": 9.0}),

@@ -73,6 +73,15 @@ def test_the_headline(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Uncertainty: over the ranges in the calibration, stronger/native@14 (950 tok/s) spans 640 to 1243" in out
 
 
+@pytest.mark.parametrize(("cut", "removed"), [("0.3", "30%"), ("0.004", "0.4%"), ("0.996", "99.6%"), ("0", "0%")])
+def test_the_headline_says_the_cut_the_native_engine_rests_on(
+    capsys: pytest.CaptureFixture[str], cut: str, removed: str
+) -> None:
+    """A cut below all of the time never reads as 100%, nor one above none of it as 0%."""
+    out = flat(run_main(capsys, "--set", f"native_engine.overhead_cut={cut}", "--no-chart").out)
+    assert f"x today, if it removes {removed} of the time outside the MoE." in out
+
+
 def test_the_headline_band_is_the_whole_band(capsys: pytest.CaptureFixture[str]) -> None:
     """The headline takes the two corners where every assumption pushes the same way; with the shipped
     calibration each pushes one way throughout the ranges, so that is the band over all 64 corners."""
@@ -332,6 +341,14 @@ def test_a_solved_value_outside_its_range_warns(capsys: pytest.CaptureFixture[st
     assert run.err.count("\n") == 1 and "lies outside its range in the calibration, 1.5 to 2" in run.err
     assert run.err.endswith("; the observation and that assumption disagree\n")  # one, not "the measurements"
     assert any("lies outside its range" in w for w in run.json()["warnings"])
+
+
+def test_a_fit_of_one_measurement_counts_it_in_the_singular(capsys: pytest.CaptureFixture[str]) -> None:
+    run = run_main(capsys, "--measured", "current/native=330", "--fit", "native_engine.overhead_cut", "--explain")
+    assert "native_engine.overhead_cut = 0.0948204: fitted to 1 measurement, was 0.4" in run.out
+    assert run.err.endswith("; the measurement and that assumption disagree\n")
+    listed = run_main(capsys, "--set", "stronger_drafter.accept=[14]", "--set", "stronger_drafter.accept[3]=12")
+    assert_clean_error(listed, "stronger_drafter.accept[3]: the list has 1 entry; expected an index below 1")
 
 
 def test_without_tabulate_tables_say_what_to_install() -> None:

@@ -308,6 +308,7 @@ def test_at_most_100_measurements_in_all(
         ("ar/native@2=100", "an autoregressive run takes no @ACCEPT"),
         ("ar/vllm=100", "or ar/PIPELINE for an autoregressive run"),
         ("current/native@40=100", "exceeds the tree's limit"),
+        ("stronger/native@99.0=9.0e2", "@99: 99 exceeds the tree's limit block+1 = 17"),  # the option as typed
         ("current/native=-1", "expected a positive throughput"),
         ("current/native", "expected SCENARIO=TOK_S"),
     ],
@@ -852,7 +853,7 @@ def test_solve_runs_on_the_fit_and_shows_the_track_record_at_the_solved_value(
 def test_a_solve_with_further_roots_shows_them_in_every_output() -> None:
     """No --solve tried on the shipped calibration finds a second root, so the report of one solve is given two
     further roots here, and each renderer must show them."""
-    observed = (eb.ScenarioSpec("current", "native", None), 463.0)
+    observed = eb.Throughput(eb.ScenarioSpec("current", "native", None), 463.0, "current/native=463")
     report = eb.build_report(eb.Options(None, solve="native_engine.overhead_cut", observed=observed))
     assert report.solve is not None and report.solve.other_roots == ()
     report = report._replace(solve=report.solve._replace(other_roots=(0.125, 0.75)))

@@ -91,6 +91,8 @@ def test_a_point_faster_than_the_bandwidth_allows_warns(capsys: pytest.CaptureFi
         assert "Traceback" not in run.err
     warnings = run.json()["warnings"]
     assert len(warnings) == 1 and "M = 9" in warnings[0]
+    slower = run_main(capsys, "--set", "hardware.reference.mem_bandwidth_tb_s=1.3", "--format", "json")
+    assert slower.err.endswith("reference.mem_bandwidth_tb_s (and 1 more point like it)\n")  # M = 9 and 32
 
 
 # --- The floor -----------------------------------------------------------------------------
