@@ -3545,7 +3545,8 @@ def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool, studie
     spread, no_band, spec = None, "", ScenarioSpec("stronger", "native", None)
     if band and cal.ranges:
         try:
-            held = studied and studied.spec != spec and any(scenario_accept(r.path, cal.domains) for r in cal.ranges)
+            middle = f"{SCENARIO_ACCEPTS}[{median_place(drafter_named(cal, 'stronger'))}]"  # the default's accept
+            held = studied and studied.spec != spec and any(r.path == middle for r in cal.ranges)
             same = studied and not held and studied.scenario == scenario_for(cal, spec, "--scenario").label
             spread = studied if same else sensitivity(doc, cal, spec, every_corner=False)
         except CalibrationError as exc:  # a range end the calibration cannot take costs the band, not the run

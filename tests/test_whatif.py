@@ -657,6 +657,10 @@ def test_a_named_accept_length_is_held_where_a_range_would_move_the_default_scen
     for scenario, band in (("stronger/native", "730 to 1459"), ("stronger/native@14", "786 to 1201")):
         out = flat(run_main(capsys, *args, "--sensitivity", "--scenario", scenario).out)
         assert headline in out and f"Band: {band} tok/s over all 4 combinations" in out
+    ranges["stronger_drafter.accept[0]"] = ranges.pop("stronger_drafter.accept[1]")  # not the default's: the same
+    args = ["--set", f"ranges={json.dumps(ranges)}", "--no-chart"]
+    out = flat(run_main(capsys, *args, "--sensitivity", "--scenario", "stronger/native@14").out)
+    assert "(950 tok/s) spans 786 to 1201 tok/s" in out and "Band: 786 to 1201 tok/s over all 4" in out
 
 
 @pytest.mark.parametrize(
