@@ -2965,8 +2965,8 @@ def _stop_warning(stop: Stop, failed: CalibrationError | None, option: str) -> s
 def _value_warnings(fit_values: Sequence[FitValue], option: str, measured: int) -> list[str]:
     """What a value found says of itself: outside its range, far from its value before with no range to hold it
     to (10 times it or a tenth), or on the edge of what it may take."""
-    found, data = ("solved", "the observation") if option == "--solve" else ("fitted", "the measurements")
-    data = "the measurement" if measured == 1 and option == "--fit" else data
+    found = "solved" if option == "--solve" else "fitted"
+    data = "the observation" if option == "--solve" else "the measurement" if measured == 1 else "the measurements"
     outside = [
         f"{option} {v.path}: the {found} value {v.text} lies outside its range in the calibration, {r.low:g} to "
         f"{r.high:g} ({r.source}); {data} and that assumption disagree"
