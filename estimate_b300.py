@@ -4913,7 +4913,7 @@ def _check_usage(args: argparse.Namespace) -> None:
             formats = ", ".join(tabulate.tabulate_formats)
             raise usage_error(f"--tablefmt: unknown format {shortened(repr(tablefmt))}; choose from {formats}")
         sample = tabulate.tabulate([["x"]], headers=["x"], tablefmt=tablefmt)
-        encoding = "ascii" if args.ascii else _stdout_encoding()
+        encoding = "ascii" if args.ascii else _encoding(sys.stdout)
         if _encodes("x", encoding) and not _encodes(sample, encoding):  # one that encodes nothing fails on output
             raise usage_error(
                 f"--tablefmt {tablefmt} draws with characters that the output encoding ({encoding}) cannot "
@@ -5020,15 +5020,21 @@ def printable_lines(text: str) -> str:
     return "\n".join("\t".join(map(printable, line.split("\t"))) for line in text.split("\n"))
 
 
-def _stdout_encoding() -> str:
-    return getattr(sys.stdout, "encoding", None) or "utf-8"
+def _encoding(stream: object) -> str:
+    """The encoding a standard stream writes in (UTF-8 when it says none)."""
+    return getattr(stream, "encoding", None) or "utf-8"
+
+
+def _utf(encoding: str) -> bool:
+    """Whether an encoding is a UTF, which writes every character."""
+    return codecs.lookup(encoding).name.startswith("utf")
 
 
 def _writes_lines(encoding: str) -> bool:
     """Whether an output encoding keeps the lines: a UTF, or one that writes a line break as one byte (punycode
     and unicode_escape write it as two, and the output would be one garbled line)."""
     try:
-        return codecs.lookup(encoding).name.startswith("utf") or len("\n".encode(encoding)) == 1
+        return _utf(encoding) or len("\n".encode(encoding)) == 1
     except (LookupError, UnicodeError):
         return False
 
@@ -5045,7 +5051,7 @@ def _charset(encoding: str, ascii_only: bool) -> str | None:
     """What the output's text is escaped for (see Style.written): nothing in a UTF, which writes every character."""
     if ascii_only:
         return "ascii"
-    if codecs.lookup(encoding).name.startswith("utf"):
+    if _utf(encoding):
         return None
     return encoding if _encodes("\U0010ffff", encoding, "backslashreplace") else "ascii"  # idna writes no escape
 
@@ -5056,7 +5062,7 @@ def say(line: str) -> None:
     text = visible(line) + "\n"
     try:
         try:
-            if not _writes_lines(getattr(sys.stderr, "encoding", None) or "utf-8"):
+            if not _writes_lines(_encoding(sys.stderr)):
                 raise UnicodeError  # PYTHONIOENCODING=punycode would garble it: in ASCII, as below
             sys.stderr.write(text)
         except UnicodeError:  # an encoding that cannot write it (PYTHONIOENCODING=idna): the line in ASCII
@@ -5071,7 +5077,7 @@ def emit(chunks: Iterable[str]) -> int:
     try:
         if sys.stdout is None:
             raise OSError("stdout is closed")
-        if not _writes_lines(encoding := _stdout_encoding()):  # punycode: the output would be one garbled line
+        if not _writes_lines(encoding := _encoding(sys.stdout)):  # punycode: the output would be one garbled line
             line_break = "\n".encode(encoding)
             raise UnicodeError(f"it writes a line break as {line_break!r}")
         for chunk in chunks:
@@ -5083,7 +5089,7 @@ def emit(chunks: Iterable[str]) -> int:
     except UnicodeError as exc:  # an encoding that cannot write the text (PYTHONIOENCODING=idna)
         _silence(1)
         say(
-            f"estimate_b300: cannot write the output in the encoding {_stdout_encoding()} ({exc}); expected an "
+            f"estimate_b300: cannot write the output in the encoding {_encoding(sys.stdout)} ({exc}); expected an "
             "encoding of text such as utf-8 (PYTHONIOENCODING)"
         )
         return 1
@@ -5152,7 +5158,7 @@ def _run(argv: list[str]) -> int:
     except CalibrationError as exc:
         say(f"estimate_b300: {exc}")
         return 2
-    encoding = _stdout_encoding()
+    encoding = _encoding(sys.stdout)
     ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), encoding)
     style = Style(width=max(columns, 80), chart_width=0 if args.no_chart else columns, ascii_only=ascii_only,
                   everything=args.all, charset=_charset(encoding, ascii_only))  # fmt: skip
