@@ -4949,6 +4949,13 @@ def parse_throughput(option: str, text: str) -> Throughput:
         return Throughput(spec, float(tok_s), text)
 
 
+SWEPT_IN_VAIN = {  # what a sweep of a key under these would vary: none of it moves a scenario
+    "measurements": "a logged measurement",
+    "ranges": "a range (for the band and --sensitivity)",
+    "schema_version": "the calibration's schema version",
+}
+
+
 def parse_options(args: argparse.Namespace) -> Options:
     """The command line's values, parsed: a bad one is a CalibrationError naming its option."""
     observed = parse_throughput("--observed", args.observed) if args.observed else None
@@ -4956,11 +4963,9 @@ def parse_options(args: argparse.Namespace) -> Options:
         with naming(option, text):
             parse_path(text)
     sweeps = tuple(parse_sweep(text) for text in args.sweep)
-    for s in sweeps:  # a logged measurement, a range or a text that documents moves no scenario, which a sweep shows
-        if s.path[0] in ("measurements", "ranges") or documents(str(s.path[-1])):  # --measured's go in the first
-            what = {"measurements": "a logged measurement", "ranges": "a range (for the band and --sensitivity)"}.get(
-                str(s.path[0]), "a text that documents a value"
-            )
+    for s in sweeps:  # a logged measurement, a range, the schema or a text that documents moves no scenario
+        if s.path[0] in SWEPT_IN_VAIN or documents(str(s.path[-1])):  # --measured's go in `measurements`
+            what = SWEPT_IN_VAIN.get(str(s.path[0]), "a text that documents a value")
             raise CalibrationError(
                 format_path(s.path), f"{what} moves no scenario, and a sweep shows only scenarios; "
                 "expected a key the estimate reads", file=f"--sweep {shortened(s.text)}",

@@ -146,6 +146,8 @@ def test_a_range_on_a_curve_point_is_set_and_swept_by_its_key(
     for documents in ("note=a,b", "stronger_drafter.accept_source=a,b", "sglang.max_budget_source=a,b"):
         told = "a text that documents a value moves no scenario, and a sweep shows only scenarios"
         assert_clean_error(run_main(capsys, "--sweep", documents), f"--sweep {documents}: ", told)
+    told = "schema_version: the calibration's schema version moves no scenario"
+    assert_clean_error(run_main(capsys, "--sweep", "schema_version=1,1"), "--sweep schema_version=1,1: ", told)
     told = "measurements[0].tok_s: a logged measurement moves no scenario, and a sweep shows only scenarios"
     assert_clean_error(run, f"--sweep measurements[0].tok_s=400,410: {told}; expected a key the estimate reads")
 
