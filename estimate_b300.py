@@ -4702,11 +4702,11 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     if sol := report.solve:
         (found,), (seen,) = sol.values, sol.before
         observed = f"{seen.measurement.label} = {_describe(seen.measurement.tok_s)} tok/s"  # as typed
-        out.append(f"  {found.path} = {found.text}: solved so that {observed} ({sol.method})")
+        out.append(f"  {found.path} = {found.text}: solved so that {observed}; {sol.method}")
     if report.fit:
         out += [
-            f"  {v.path} = {v.text}: fitted to {plural(len(report.fit.before), 'measurement')}, was {v.previous_text} "
-            f"({report.fit.method})" for v in report.fit.values
+            f"  {v.path} = {v.text}: fitted to {plural(len(report.fit.before), 'measurement')}, was {v.previous_text}; "
+            f"{report.fit.method}" for v in report.fit.values
         ]  # fmt: skip
     if fit := est.experts_fit:
         out += ["", "Experts fit of the curve: least squares of curve(M) = t0 + t_expert * distinct(M)"]

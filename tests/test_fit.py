@@ -744,7 +744,8 @@ def test_fit_output_in_every_format(capsys: pytest.CaptureFixture[str]) -> None:
     assert native["tok_s"] == pytest.approx(by_hand(cut, bandwidth, {"pipeline": "native", "accept": 4.4}))
     assert doc["measurements"][0]["predicted_tok_s"] == fit["measurements"][0]["predicted_after"]
     explain = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--explain").out
-    assert f"native_engine.overhead_cut = {cut:.6g}: fitted to 4 measurements, was 0.4" in explain
+    method = "least squares of ln tok/s (Levenberg-Marquardt)"
+    assert f"native_engine.overhead_cut = {cut:.6g}: fitted to 4 measurements, was 0.4; {method}\n" in explain
 
 
 @pytest.mark.parametrize("start", ["0", "1e-8", "0.9"])
@@ -848,6 +849,11 @@ def test_solve_runs_on_the_fit_and_shows_the_track_record_at_the_solved_value(
         assert row["predicted_tok_s"] == pytest.approx(by_hand(cut, 8.0, m), rel=1e-12)
     table = run_main(capsys, "--calibration", str(EXAMPLE), *args[:-2]).out
     assert "Track record: the model predicts the 4 measurements at the solved value" in " ".join(table.split())
+    explain = run_main(capsys, "--calibration", str(EXAMPLE), *args[:-2], "--explain").out
+    method = "closed form (the step is linear in it)"
+    assert doc["solve"]["method"] == method
+    solved = f"native_engine.overhead_cut = {cut:.6g}: solved so that current/native@4.4 = 463 tok/s; {method}"
+    assert f"\n  {solved}\n" in explain
 
 
 def test_a_solve_with_further_roots_shows_them_in_every_output() -> None:
