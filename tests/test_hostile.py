@@ -660,6 +660,9 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
          "ranges.anchors.ddtree.accept: no such range in the calibration; a new range goes in with"),
         (["--set", 'ranges.model.hidden_size={"relative":0.1,"source":"s"}'],
          "ranges.model.hidden_size: no such range in the calibration; a new range goes in with"),
+        (["--set", "hardware[0]=1"], "with --set hardware[0]=1: hardware[0]: the value there is an object, not a list"),
+        (["--sensitivity", "--scenario", "stronger/native@0.5"],
+         "--scenario stronger/native@0.5: @0.5: got 0.5; expected a number >= 1"),
     ],
 )  # fmt: skip
 def test_values_that_break_arithmetic(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -177,6 +178,16 @@ def test_bad_model_sections(
     doc = default_doc()
     doc["model"][key] = value
     assert_clean_error(run_main(capsys, "--calibration", str(write_calibration(doc))), *fragments)
+
+
+def test_a_flag_written_as_a_number_past_the_float_range_is_told_as_written(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[[object], Path]
+) -> None:
+    text = json.dumps(default_doc()).replace(
+        '"curve_includes_shared_expert": false', '"curve_includes_shared_expert": 1e-400'
+    )
+    run = run_main(capsys, "--calibration", str(write_calibration(text)))
+    assert_clean_error(run, "model.curve_includes_shared_expert: got 1e-400; expected true or false")
 
 
 # --- The experts fit -----------------------------------------------------------------------
