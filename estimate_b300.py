@@ -1779,17 +1779,23 @@ def parse_path(text: str) -> PathSegments:
             text[:60] + "...", f"a key path of more than {MAX_PATH} parts; expected one into the calibration"
         )
     segments: list[str | int] = []
+    start = 0  # where the part starts in the text
     for part in text.split("."):
         name, *indices = part.split("[")
         if name:
             segments.append(name)
         elif not indices or not segments:
             raise CalibrationError(text, "expected a key path such as native_engine.overhead_cut")
+        opens = start + len(name)  # where the index's "[" is
         for index in indices:
             digits = index[:-1]
             if not index.endswith("]") or not (digits.isascii() and digits.isdigit() and len(digits) <= 9):
-                raise CalibrationError(text, f"bad index {shortened('[' + index)}; expected [N] with a whole number N")
+                closes = text.find("]", opens)  # the index as typed, with a "." in it: [1.5], not [1
+                typed = text[opens:] if closes < 0 else text[opens : closes + 1]
+                raise CalibrationError(text, f"bad index {shortened(typed)}; expected [N] with a whole number N")
             segments.append(int(digits))
+            opens += len(index) + 1
+        start += len(part) + 1
     return tuple(segments)
 
 
