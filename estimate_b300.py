@@ -371,10 +371,14 @@ def moe_time(cal: Calibration, m: int) -> MoeTime:
 def _moe_time(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, m: int) -> MoeTime:
     at = curve_at(curve, model, m)
     if not at.value > 0:
-        ms = curve.points.batches
+        ms, fix = curve.points.batches, f"add a measured point nearer M = {m}"  # past the points, a line goes on
+        if at.name.startswith("fit("):  # the experts fit's line, anywhere
+            t0, t_expert = at.inputs[:2]
+            fix = (f"points that follow the experts fit, t0 + t_expert * distinct(M), here t0 = {t0.value:.4g} ms "
+                   f'and t_expert = {t_expert.value:.4g} ms, or fit "linear"')  # fmt: skip
         raise CalibrationError(
             "moe_curve.points", f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {curve.fit}) at M = {m} "
-            f"gives {at.value:.4g} ms; expected a positive time: add a measured point nearer M = {m}"
+            f"gives {at.value:.4g} ms; expected a positive time: {fix}"
         )  # fmt: skip
     floor = moe_floor(hardware.target, model, curve.tp, m) if model else None
     time = derive(f"MoE({m})", f"{at.name} / bandwidth ratio", "ms", at, bandwidth_ratio(hardware))

@@ -222,7 +222,18 @@ def test_curve_extrapolating_below_zero(capsys: pytest.CaptureFixture[str], writ
     """Points (9, 8.85) and (10, 20): the slope 11.15 ms/token reaches below zero at M = 1."""
     doc = mutated(lambda d: d["moe_curve"].update(points=[{"m": 9, "ms": 8.85}, {"m": 10, "ms": 20}]))
     run = run_main(capsys, "--calibration", str(write_calibration(doc)))
-    assert_clean_error(run, "moe_curve.points", "at M = 1", "expected a positive time")
+    assert_clean_error(
+        run, "moe_curve.points", "at M = 1", "expected a positive time: add a measured point nearer M = 1"
+    )
+
+
+def test_an_experts_fit_below_zero_names_its_line_not_a_missing_point(capsys: pytest.CaptureFixture[str]) -> None:
+    """With 42 routed experts the curve's points give t0 < 0, so the fit goes below zero at M = 1, a point of the curve:
+    another point there would not help."""
+    run = run_main(capsys, "--set", 'moe_curve.fit="experts"', "--set", "model.routed_experts=42")
+    told = "at M = 1 gives -0.01373 ms; expected a positive time: points that follow the experts fit, t0 + t_expert *"
+    assert_clean_error(run, told, 'here t0 = -4.403 ms and t_expert = 0.5487 ms, or fit "linear"')
+    assert "nearer" not in run.err
 
 
 @pytest.mark.parametrize(
