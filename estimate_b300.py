@@ -1005,11 +1005,11 @@ BLANK = "\u115f\u1160\u3164\uffa0\u2800\u17b4\u17b5"  # show nothing: Hangul fil
 
 def visible(text: str) -> str:
     r"""Text with every character that does not show escaped as printable() escapes: what printable() escapes,
-    the spaces other than " ", the format characters, private code points, blank fillers, a mark on nothing or
-    on ASCII punctuation, a joiner that does not stand between two characters that show (not ASCII ones), and
-    the tags of a flag after anything but its black flag. A mark or a variation selector on what shows, joined
-    letters and an emoji built of several characters stay. Errors and warnings are read to find what is wrong,
-    not copied back.
+    the spaces other than " ", the format characters, private code points, noncharacters, blank fillers, a mark
+    on nothing or on ASCII punctuation, a joiner that does not stand between two characters that show (not ASCII
+    ones), and the tags of a flag after anything but its black flag. A mark or a variation selector on what
+    shows, joined letters and an emoji built of several characters stay. Errors and warnings are read to find
+    what is wrong, not copied back.
 
     >>> print(visible("overhead_cut\u200b: got B\u00a0300\n"), visible("中文 👨\u200d👩 1\ufe0f\u20e3"))
     overhead_cut\u200b: got B\xa0300\n 中文 👨‍👩 1️⃣
@@ -1030,8 +1030,9 @@ def visible(text: str) -> str:
             hidden = not base or before.isascii() or after.isascii() or not _shows(after, unicodedata.category(after))
         elif category[0] == "M":  # a mark, a variation selector, the grapheme joiner
             hidden = not base or ch in BLANK
-        else:  # not Cn: an emoji newer than Python's Unicode tables is unassigned in them
-            hidden = ch in BLANK or (category in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp", "Zs") and ch != " ")
+        else:  # not all of Cn: an emoji newer than Python's Unicode tables is unassigned in them; a noncharacter
+            never = "\ufdd0" <= ch <= "\ufdef" or ord(ch) & 0xFFFE == 0xFFFE  # is never assigned
+            hidden = ch in BLANK or never or (category in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp", "Zs") and ch != " ")
             builds_on = _shows(ch, category) and (ch.isalnum() or not ch.isascii())  # not on "=" or ":" in a message
             base = ("flag" if ch == "\U0001f3f4" else category) if builds_on else ""
         out.append(_escaped(ch) if hidden else ch)

@@ -139,6 +139,12 @@ def test_errors_and_warnings_show_every_character_that_would_not_show(capsys: py
     the same run; only the characters that steer a terminal are escaped there."""
     run = run_main(capsys, "--set", "native_engine.overhead_cut\u200b=0.3")
     assert_clean_error(run, "native_engine.overhead_cut\\u200b: unknown key (did you mean native_engine.overhead_cut?)")
+    for never in ("\ufdd0", "\uffff", "\U0010ffff"):  # a noncharacter is never assigned, as a new emoji may be
+        run = run_main(capsys, "--set", f"native_engine.overhead_cut{never}=0.3{never}")
+        shown = never.encode("unicode_escape").decode()
+        assert_clean_error(
+            run, f"--set native_engine.overhead_cut{shown}=0.3{shown}: native_engine.overhead_cut{shown}: "
+        )
     run = run_main(capsys, "--set", "hardware.target.name=\u200b\u3000")
     assert_clean_error(run, "--set hardware.target.name=\\u200b\\u3000: hardware.target.name: is blank")
     run = run_main(capsys, "--set", "hardware.target.name=X\u200bY\u00adZ")
