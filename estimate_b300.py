@@ -2602,11 +2602,15 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
         corner: Sequence[Change],
         start: tuple[object, Calibration] = (doc, cal),
         changes: Sequence[Change] | None = None,
+        whole: bool = False,
     ) -> tuple[float, tuple[object, Calibration]]:
         """tok/s with the range ends of `corner`, reached from `start` by `changes` (by default all of the corner),
-        and the calibration there; an error names the whole corner."""
+        and the calibration there; an error names the whole corner. `whole` estimates every scenario there too, as
+        --set would: an end the calibration cannot take fails whichever scenario is studied."""
         try:
             moved = recalibrate(*start, corner if changes is None else changes)
+            if whole:
+                estimate(moved[1])
             return scenario_for(moved[1], spec, "--scenario", place).tok_s, moved
         except CalibrationError as exc:
             at = ", ".join(f"{format_path(p)}={_value_text(v)}" for p, v in corner)
@@ -2615,8 +2619,8 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
             ) from None
 
     rows = [
-        SensitivityRow(r.path, r.low, r.high, estimate_at([(p, r.low)])[0], estimate_at([(p, r.high)])[0],
-                       number_at(doc, p), r.source)
+        SensitivityRow(r.path, r.low, r.high, estimate_at([(p, r.low)], whole=True)[0],
+                       estimate_at([(p, r.high)], whole=True)[0], number_at(doc, p), r.source)
         for r, p in zip(cal.ranges, paths, strict=True)
     ]  # fmt: skip
     ends = [(r.low, r.high) for r in cal.ranges]

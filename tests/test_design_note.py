@@ -250,6 +250,20 @@ def test_ranges_the_calibration_cannot_take_cost_the_band_not_the_run(
         assert (run.code, run.err) == (0, ""), other
 
 
+def test_sensitivity_fails_at_a_range_end_the_calibration_cannot_take_whichever_scenario_it_studies(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The stronger drafter's SPEC overflows at spec_scale = 1e300, which --set refuses. The current drafter's
+    scenarios do not read that value, yet their --sensitivity fails as the stronger one's does, for the same reason."""
+    ranges = '--set=ranges={"stronger_drafter.spec_scale": {"low": 1.5, "high": 1e300, "source": "s"}}'
+    told = "ranges: at stronger_drafter.spec_scale=1e+300 the calibration fails (SPEC part: kept * spec_scale * SPEC"
+    for scenario in ("current/native", "stronger/native"):
+        assert_clean_error(run_main(capsys, ranges, "--sensitivity", "--scenario", scenario), told)
+    run = run_main(capsys, ranges)
+    assert run.code == 0 and f"warning: the headline has no uncertainty band: {told}" in run.err
+    assert_clean_error(run_main(capsys, "--set", "stronger_drafter.spec_scale=1e300"), "SPEC part: kept * spec_scale")
+
+
 # --- One baseline per comparison ---------------------------------------------------------------
 
 
