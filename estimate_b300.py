@@ -3596,7 +3596,10 @@ def figure_text(figure: Figure, operand: bool = False) -> str:
     unit = unit if not operand or figure.unit in ("TB/s", "GB", "MB") else ""
     if figure.path:
         return f"{figure.value:g}{unit}"
-    return f"{fixed(figure.value, inside if operand else result)}{unit}"
+    text = fixed(figure.value, inside if operand else result)
+    if operand and 0 < abs(figure.value) < 1 and len(text.lstrip("+-0.").replace(".", "")) < 3:
+        text = f"{figure.value:.3g}"  # an operand as precise as the result it gives: 0.00124, not 0.001
+    return f"{text}{unit}"
 
 
 def fixed(value: float, spec: str, deviation: bool = False) -> str:

@@ -308,6 +308,30 @@ def test_explain_lines_show_formula_numbers_and_result(capsys: pytest.CaptureFix
     assert "Step time breakdown" not in out and "| pipeline" not in out
 
 
+@pytest.mark.parametrize(
+    "extra", [[], ["--set", "moe_curve.fit=experts"], ["--set", "hardware.target.mem_bandwidth_tb_s=10000"]]
+)
+def test_explain_arithmetic_gives_its_result(capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
+    """Each line's numbers, worked as written, give the result it prints: within 0.5%, or half a unit of the
+    result's last digit. A 10,000 TB/s target makes MoE times of about 0.001 ms, which three decimals would print
+    as 0.001 or 0.002 and so miss by up to 23%."""
+    checked = 0
+    for line in run_main(capsys, "--explain", *extra).out.splitlines():
+        parts = line.rsplit(" = ", 2)
+        if len(parts) < 3 or not line.startswith("  "):
+            continue
+        arithmetic = re.sub(r" (TB/s|GB|MB)\b", "", parts[1])
+        result = re.fullmatch(r"(-?[0-9.]+)(%| ms| tok/s| MB| GB|x)?", parts[2])
+        if result is None or not re.fullmatch(r"[-0-9.e+*/() ^]+", arithmetic):
+            continue
+        printed = float(result[1]) / (100 if result[2] == "%" else 1)
+        worked = eval(arithmetic.replace("^", "**"))
+        last_digit = 10.0 ** -len(result[1].partition(".")[2]) / (100 if result[2] == "%" else 1)
+        assert worked == pytest.approx(printed, rel=5e-3, abs=last_digit / 2), line
+        checked += 1
+    assert checked >= 40  # the lines are found
+
+
 @pytest.mark.parametrize("args", [["--format", "json"], ["--format", "csv"], ["--sweep", "anchors.ar_tok_s=130,133"]])
 def test_explain_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     run = run_main(capsys, "--explain", *args)
