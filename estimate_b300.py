@@ -704,7 +704,8 @@ def break_even(cal: Calibration, dec: Decomposition, rows: tuple[Scenario, ...])
             reason: str | None = None
             accept: float | None = needed.value
             if needed.value > limit:
-                reason, accept = f"it would need accept {needed.value:.3g}, above the tree's limit {bound}", None
+                needs = _apart(needed.value, limit, least=3)  # 17.0000004, not 17, above a limit of 17
+                reason, accept = f"it would need accept {needs}, above the tree's limit {bound}", None
             elif needed.value < 1:  # every step commits at least the one token it grows from
                 reason = "below 1: ahead at any accept"
             result.append(BreakEven(pipeline, versus, accept, rival.value, reason, strong.step_ms,
@@ -1086,6 +1087,20 @@ def _describe(value: object) -> str:
     if len(text) > 40:  # cut, and an escape the cut split left out whole: not "\u0...
         text = re.sub(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$", r"\1", text[:37]) + "..."
     return f"{_kind(value)} {text}" if isinstance(value, (str, list, dict)) else text
+
+
+def _apart(value: float, other: float, least: int = 6) -> str:
+    """A value to `least` significant digits, or to as many more as tell it from another: 504.999991 beside
+    504.99999, not 505."""
+    for digits in range(least, 17):
+        if f"{value:.{digits}g}" != f"{other:.{digits}g}" or value == other:
+            return f"{value:.{digits}g}"
+    return repr(value)
+
+
+def _past(value: float, low: float, high: float) -> str:
+    """A value outside low to high, told apart from the end it passes: 0.6000000001 beside 0.6, not 0.6."""
+    return _apart(value, high if value > high else low)
 
 
 def rounded_down(bound: float) -> str:
@@ -1487,8 +1502,9 @@ def _read_ranges(section: _Reader) -> tuple[Range, ...]:
                 raise entry.error("high", f"got {high:g}, below low = {low:g}; expected low <= high")
             for end, given_as in ((low, "low"), (high, "high")):
                 if end not in domain:
+                    reaches = _past(end, domain.low, domain.high)  # 17.0000001, not 17, past a bound of 17
                     raise entry.error(
-                        given_as, f"the range reaches {end:g}; expected {domain.describe()}, as for {key} itself"
+                        given_as, f"the range reaches {reaches}; expected {domain.describe()}, as for {key} itself"
                     )
         ranges.append(Range(key, low, high, entry.string("source")))
         entry.finish()
@@ -2983,8 +2999,8 @@ def _value_warnings(fit_values: Sequence[FitValue], option: str, measured: int) 
     found = "solved" if option == "--solve" else "fitted"
     data = "the observation" if option == "--solve" else "the measurement" if measured == 1 else "the measurements"
     outside = [
-        f"{option} {v.path}: the {found} value {v.text} lies outside its range in the calibration, {r.low:g} to "
-        f"{r.high:g} ({r.source}); {data} and that assumption disagree"
+        f"{option} {v.path}: the {found} value {_past(v.value, r.low, r.high)} lies outside its range in the "
+        f"calibration, {r.low:g} to {r.high:g} ({r.source}); {data} and that assumption disagree"
         for v in fit_values if (r := v.range) and not r.low <= v.value <= r.high
     ]  # fmt: skip
     far = [
@@ -3277,14 +3293,6 @@ def _roots(
             name, f"no value {values} brings {m.label} to {target} tok/s; those values give {tried}", file=option
         )
     return sorted(roots, key=lambda v: abs(v - previous)), "bisection"
-
-
-def _apart(value: float, other: float) -> str:
-    """A value to 6 digits, or to as many more as tell it from another: 504.999991 beside 504.99999, not 505."""
-    for digits in range(6, 17):
-        if f"{value:.{digits}g}" != f"{other:.{digits}g}" or value == other:
-            return f"{value:.{digits}g}"
-    return repr(value)
 
 
 def crossings(gap: Callable[[float], float | None], seen: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
@@ -3899,7 +3907,8 @@ def headline_lines(report: Report) -> list[str]:
         f"{_spread([r.vs_today for r in rows], '.2f')}x today{but}."
     )
     if b := h.band:
-        off = [f"{r.path} = {r.value:g} is outside {r.low:g} to {r.high:g}" for r in b.rows if r.outside]
+        off = [f"{r.path} = {_past(r.value, r.low, r.high)} is outside {r.low:g} to {r.high:g}" for r in b.rows
+               if r.outside]  # fmt: skip
         outside = f" The band spans the ranges, not the values in force: {'; '.join(off)}." if off else ""
         lines.append(
             f"Uncertainty: over the ranges in the calibration, {b.scenario} ({fixed(b.tok_s, '.0f')} tok/s) spans "
@@ -4269,7 +4278,7 @@ def notes(report: Report, style: Style) -> list[str]:
         )
     named = {r.path for r in report.headline.band.rows if r.outside} if report.headline.band else set()
     found += [  # what the headline has not said already
-        f"{r.path} = {r.value:g} lies outside its range {r.low:g} to {r.high:g}."
+        f"{r.path} = {_past(r.value, r.low, r.high)} lies outside its range {r.low:g} to {r.high:g}."
         for r in (sens.rows if sens else ())
         if r.outside and r.path not in named
     ]

@@ -355,6 +355,8 @@ def test_a_solved_value_outside_its_range_warns(capsys: pytest.CaptureFixture[st
     assert run.err.count("\n") == 1 and "lies outside its range in the calibration, 1.5 to 2" in run.err
     assert run.err.endswith("; the observation and that assumption disagree\n")  # one, not "the measurements"
     assert any("lies outside its range" in w for w in run.json()["warnings"])
+    run = run_main(capsys, "--solve", "native_engine.overhead_cut", "--observed", "current/native=628.2725")
+    assert "the solved value 0.60000002 lies outside its range in the calibration, 0.2 to 0.6" in run.err  # not 0.6
 
 
 def test_a_fit_of_one_measurement_counts_it_in_the_singular(capsys: pytest.CaptureFixture[str]) -> None:

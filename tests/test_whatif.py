@@ -605,6 +605,8 @@ def test_sensitivity_table_explains_the_band(capsys: pytest.CaptureFixture[str])
     assert "a what-if range, not a statistical interval" in out
     assert out.count("native_engine.overhead_cut = 0.7 is outside 0.2 to 0.6") == 1  # beside the band, once
     assert "lies outside its range" not in out
+    out = flat(run_main(capsys, "--sensitivity", "--set", "native_engine.overhead_cut=0.6000000001").out)
+    assert "native_engine.overhead_cut = 0.6000000001 is outside 0.2 to 0.6." in out  # not "0.6 is outside"
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
@@ -728,6 +730,15 @@ BAD_RANGES: list[tuple[dict[str, Any], list[str]]] = [
         ["ranges.anchors.ar_tok_s.source: missing", "is ranges.anchors.ar_tok_s.sourc a misspelling of it?"],
     ),
     ({"anchors.ddtree.accept": {"low": 1, "high": 12, "source": "x"}}, ["the range reaches 12", "<= 9"]),
+    # an end just past a bound is told apart from it, not rounded onto it
+    (
+        {"stronger_drafter.accept[1]": {"low": 1, "high": 17.0000001, "source": "x"}},
+        ["accept[1].high: the range reaches 17.0000001; expected a number >= 1 and <= 17"],
+    ),
+    (
+        {"anchors.ddtree.accept": {"low": 0.9999999, "high": 5, "source": "x"}},
+        ["accept.low: the range reaches 0.9999999; expected a number >= 1 and <= 9"],
+    ),
 ]
 
 
@@ -782,6 +793,8 @@ def test_break_even_out_of_reach(capsys: pytest.CaptureFixture[str]) -> None:
     table = run_main(capsys, "--set", "stronger_drafter.spec_scale=60", "--all").out
     assert "accept needed  note" in table  # the reason in a column of its own, the accept left empty
     assert "it would need accept 99.7, above the tree's limit block+1 = 17" in flat(table)
+    run = run_main(capsys, "--set", "stronger_drafter.spec_scale=8.1863", "--format", "json")  # needs 17.01
+    assert "it would need accept 17.01, above the tree's limit block+1 = 17" in json.dumps(run.json()["break_even"])
 
 
 def test_a_break_even_below_1_says_the_stronger_drafter_is_ahead_at_any_accept(
