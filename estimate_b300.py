@@ -372,7 +372,7 @@ def _moe_time(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, 
     at = curve_at(curve, model, m)
     if not at.value > 0:
         ms, fix = curve.points.batches, f"add a measured point nearer M = {m}"  # past the points, a line goes on
-        if at.name.startswith("fit("):  # the experts fit's line, anywhere
+        if curve.fit == "experts" and model:  # the experts fit's line, anywhere
             t0, t_expert = at.inputs[:2]
             fix = (f"points that follow the experts fit, t0 + t_expert * distinct(M), here t0 = {t0.value:.4g} ms "
                    f'and t_expert = {t_expert.value:.4g} ms, or fit "linear"')  # fmt: skip
@@ -1811,8 +1811,10 @@ def parse_path(text: str) -> PathSegments:
         for index in indices:
             digits = index[:-1]
             if not index.endswith("]") or not (digits.isascii() and digits.isdigit() and len(digits) <= 9):
-                closes = text.find("]", opens)  # the index as typed, with a "." in it: [1.5], not [1
-                typed = text[opens:] if closes < 0 else text[opens : closes + 1]
+                typed = f"[{index}"
+                if "]" not in index:  # a "." split it: [1.5], not [1
+                    closes = text.find("]", opens)
+                    typed = text[opens:] if closes < 0 else text[opens : closes + 1]
                 raise CalibrationError(text, f"bad index {shortened(typed)}; expected [N] with a whole number N")
             segments.append(int(digits))
             opens += len(index) + 1

@@ -621,6 +621,7 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--set", "moe_curve.points[²].ms=1"], "bad index [²]; expected [N] with a whole number N"),
         (["--sweep", "moe_curve.points[\u0661].ms=1"], "bad index [\u0661]; expected [N]"),
         (["--set", "moe_curve.points[1.5].ms=3"], "moe_curve.points[1.5].ms: bad index [1.5]; expected [N]"),
+        (["--set", "moe_curve.points[1]x[2].ms=3"], "moe_curve.points[1]x[2].ms: bad index [1]x; expected [N]"),
         (["--fit", "moe_curve.points[0][a.b].ms"], "ms: moe_curve.points[0][a.b].ms: bad index [a.b]; expected"),
         (["--set", f"moe_curve.points[{'9' * 5000}].ms=1"], "expected [N] with a whole number N"),
         (["--sweep", "ranges.anchors.ar_tok_s.relative=0.01,2"], "ranges.anchors.ar_tok_s.relative: a range (for"),
