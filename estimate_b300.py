@@ -1098,9 +1098,17 @@ def _apart(value: float, other: float, least: int = 6) -> str:
     return repr(value)
 
 
-def _past(value: float, low: float, high: float) -> str:
-    """A value outside low to high, told apart from the end it passes: 0.6000000001 beside 0.6, not 0.6."""
-    return _apart(value, high if value > high else low)
+def _outside(value: float, low: float, high: float, domain: Domain | None) -> tuple[str, str, str]:
+    """A value outside low to high, and the two ends, to 6 significant digits or to as many more as keep the value
+    outside them as printed, and on its side of its domain's ends: 0.2000003 outside 0.2000004 to 0.6, not 0.2 to
+    0.6; 0.999999907 outside 0.2 to 0.6 in a domain below 1, not 1.
+    """
+    for digits in (6, 9, 12):
+        texts = (f"{value:.{digits}g}", f"{low:.{digits}g}", f"{high:.{digits}g}")
+        shown, lo, hi = map(float, texts)
+        if not lo <= shown <= hi and (domain is None or (shown in domain) == (value in domain)):
+            return texts
+    return repr(value), repr(low), repr(high)
 
 
 def rounded_down(bound: float) -> str:
@@ -1499,10 +1507,12 @@ def _read_ranges(section: _Reader) -> tuple[Range, ...]:
         else:
             low, high = entry.number("low", ANY_NUMBER), entry.number("high", ANY_NUMBER)
             if low > high:
-                raise entry.error("high", f"got {high:g}, below low = {low:g}; expected low <= high")
+                raise entry.error(
+                    "high", f"got {_apart(high, low)}, below low = {_apart(low, high)}; expected low <= high"
+                )
             for end, given_as in ((low, "low"), (high, "high")):
                 if end not in domain:
-                    reaches = _past(end, domain.low, domain.high)  # 17.0000001, not 17, past a bound of 17
+                    reaches = _apart(end, domain.high if end > domain.high else domain.low)  # 17.0000001, not 17
                     raise entry.error(
                         given_as, f"the range reaches {reaches}; expected {domain.describe()}, as for {key} itself"
                     )
@@ -1811,10 +1821,9 @@ def parse_path(text: str) -> PathSegments:
         for index in indices:
             digits = index[:-1]
             if not index.endswith("]") or not (digits.isascii() and digits.isdigit() and len(digits) <= 9):
-                typed = f"[{index}"
-                if "]" not in index:  # a "." split it: [1.5], not [1
-                    closes = text.find("]", opens)
-                    typed = text[opens:] if closes < 0 else text[opens : closes + 1]
+                # as typed: up to the next "[", or past its "]" to the end of the part, a "." inside it kept: [1.5]x
+                found = re.match(r"\[[^][]*(?:\][^[.]*)?", text[opens:])
+                typed = found[0] if found else text[opens:]
                 raise CalibrationError(text, f"bad index {shortened(typed)}; expected [N] with a whole number N")
             segments.append(int(digits))
             opens += len(index) + 1
@@ -2623,12 +2632,13 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
         whole: bool = False,
     ) -> tuple[float, tuple[object, Calibration]]:
         """tok/s with the range ends of `corner`, reached from `start` by `changes` (by default all of the corner),
-        and the calibration there; an error names the whole corner. `whole` estimates every scenario there too, as
-        --set would: an end the calibration cannot take fails whichever scenario is studied."""
+        and the calibration there; an error names the whole corner. `whole` estimates every scenario and logged
+        measurement there too, as --set would: an end the calibration cannot take fails whichever scenario is
+        studied."""
         try:
             moved = recalibrate(*start, corner if changes is None else changes)
             if whole:
-                estimate(moved[1])
+                estimate(moved[1]), predictions(moved[1])
             return scenario_for(moved[1], spec, "--scenario", place).tok_s, moved
         except CalibrationError as exc:
             at = ", ".join(f"{format_path(p)}={_value_text(v)}" for p, v in corner)
@@ -3001,9 +3011,10 @@ def _value_warnings(fit_values: Sequence[FitValue], option: str, measured: int) 
     found = "solved" if option == "--solve" else "fitted"
     data = "the observation" if option == "--solve" else "the measurement" if measured == 1 else "the measurements"
     outside = [
-        f"{option} {v.path}: the {found} value {_past(v.value, r.low, r.high)} lies outside its range in the "
-        f"calibration, {r.low:g} to {r.high:g} ({r.source}); {data} and that assumption disagree"
+        f"{option} {v.path}: the {found} value {value} lies outside its range in the calibration, {low} to {high} "
+        f"({r.source}); {data} and that assumption disagree"
         for v in fit_values if (r := v.range) and not r.low <= v.value <= r.high
+        for value, low, high in [_outside(v.value, r.low, r.high, v.domain)]
     ]  # fmt: skip
     far = [
         f"{option} {v.path}: the {found} value {v.text} is {_times(v.value / v.previous)} the value before, "
@@ -3531,6 +3542,7 @@ def build_report(options: Options) -> Report:
             label += "".join(f" with {found_by} {v.path}={v.text}" for v in fitted.values)  # errors say so
             cal = reread(cal, doc, [("ranges",)]) if cal.ranges else cal  # relative ranges follow the values found
         est = estimate(cal)
+        record = () if options.sweeps else predictions(cal)  # a sweep's would be of a calibration no point uses
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
         sweep = plan_sweep(doc, cal, options.sweeps, label, options.sweep_table) if options.sweeps else None
         top = headline_of(doc, cal, est, options.headline_band, sens)
@@ -3548,7 +3560,6 @@ def build_report(options: Options) -> Report:
     changed = {o.path: f"--set {o.text}" for o in options.overrides}
     changed |= {s.path: f"--sweep {s.text}" for s in options.sweeps}
     changed |= {parse_path(v.path): f"{found_by} {v.path}" for v in fitted.values} if fitted else {}
-    record = () if sweep else predictions(cal)  # a sweep's would be of a calibration that no point uses
     measured = tuple(m.source.removeprefix("--measured ") for m in added)
     provenance = Provenance(printable(file), digest, __version__, tuple(printable(o.text) for o in options.overrides),
                             measured)  # fmt: skip
@@ -3607,8 +3618,9 @@ def figure_text(figure: Figure, operand: bool = False) -> str:
     if figure.path:
         return f"{figure.value:g}{unit}"
     text = fixed(figure.value, inside if operand else result)
-    if operand and 0 < abs(figure.value) < 1 and len(text.lstrip("+-0.").replace(".", "")) < 3:
-        text = f"{figure.value:.3g}"  # an operand as precise as the result it gives: 0.00124, not 0.001
+    digits = text.partition("e")[0].lstrip("+-0.").replace(".", "")  # the significant ones: 1.2e-05 has 2
+    if operand and len(digits) < 3 and float(text) != figure.value:  # rounded off: 0.00124 and 3.63, not 0.001, 3.6
+        text = f"{figure.value:.3g}"  # so that a line worked by hand gives its result
     return f"{text}{unit}"
 
 
@@ -3885,6 +3897,11 @@ def _change(share: float) -> str:
     return fixed(share, "+.0%" if abs(share) >= 0.005 else "+.1%")
 
 
+def outside_range(report: Report, row: SensitivityRow) -> tuple[str, str, str]:
+    """A value in force outside its range, and the range's ends, as a line prints them (see _outside)."""
+    return _outside(row.value, row.low, row.high, report.estimate.calibration.domains.get(row.path))
+
+
 def headline_lines(report: Report) -> list[str]:
     """Two to four sentences: today's throughput, the native engine's, the stronger drafter's, and how sure."""
     h, cal = report.headline, report.estimate.calibration
@@ -3909,8 +3926,8 @@ def headline_lines(report: Report) -> list[str]:
         f"{_spread([r.vs_today for r in rows], '.2f')}x today{but}."
     )
     if b := h.band:
-        off = [f"{r.path} = {_past(r.value, r.low, r.high)} is outside {r.low:g} to {r.high:g}" for r in b.rows
-               if r.outside]  # fmt: skip
+        off = [f"{r.path} = {value} is outside {low} to {high}" for r in b.rows if r.outside
+               for value, low, high in [outside_range(report, r)]]  # fmt: skip
         outside = f" The band spans the ranges, not the values in force: {'; '.join(off)}." if off else ""
         lines.append(
             f"Uncertainty: over the ranges in the calibration, {b.scenario} ({fixed(b.tok_s, '.0f')} tok/s) spans "
@@ -4280,9 +4297,10 @@ def notes(report: Report, style: Style) -> list[str]:
         )
     named = {r.path for r in report.headline.band.rows if r.outside} if report.headline.band else set()
     found += [  # what the headline has not said already
-        f"{r.path} = {_past(r.value, r.low, r.high)} lies outside its range {r.low:g} to {r.high:g}."
+        f"{r.path} = {value} lies outside its range {low} to {high}."
         for r in (sens.rows if sens else ())
         if r.outside and r.path not in named
+        for value, low, high in [outside_range(report, r)]
     ]
     if not report.headline.band and report.sweep is None:
         no_band = "the ranges in the calibration give no band (see the warning)"

@@ -264,6 +264,23 @@ def test_sensitivity_fails_at_a_range_end_the_calibration_cannot_take_whichever_
     assert_clean_error(run_main(capsys, "--set", "stronger_drafter.spec_scale=1e300"), "SPEC part: kept * spec_scale")
 
 
+def test_a_range_end_at_which_a_logged_measurement_cannot_be_predicted_fails_as_set_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A measurement at budget 200 reads the curve at M = 201, where a third point of 5 ms takes the end segment
+    below zero: --set of that value fails, and so does --sensitivity over a range that reaches it. Both errors
+    name the file and the options they come from."""
+    logged = (
+        '--set=measurements=[{"drafter": "current", "pipeline": "native", "budget": 200, "accept": 4.4, "tok_s": 300}]'
+    )
+    told = "reading the curve (M = 1..32, fit linear) at M = 201 gives -23.29 ms; expected a positive time"
+    run = run_main(capsys, logged, "--set", "moe_curve.points[2].ms=5")
+    assert_clean_error(run, "calibration.json with --set measurements=[", "with --set moe_curve.points[2].ms=5: ", told)
+    ranges = '--set=ranges={"moe_curve.points[2].ms": {"low": 5, "high": 30, "source": "s"}}'
+    run = run_main(capsys, logged, ranges, "--sensitivity")
+    assert_clean_error(run, "ranges: at moe_curve.points[2].ms=5 the calibration fails (moe_curve.points: ", told)
+
+
 # --- One baseline per comparison ---------------------------------------------------------------
 
 
@@ -356,7 +373,9 @@ def test_a_solved_value_outside_its_range_warns(capsys: pytest.CaptureFixture[st
     assert run.err.endswith("; the observation and that assumption disagree\n")  # one, not "the measurements"
     assert any("lies outside its range" in w for w in run.json()["warnings"])
     run = run_main(capsys, "--solve", "native_engine.overhead_cut", "--observed", "current/native=628.2725")
-    assert "the solved value 0.60000002 lies outside its range in the calibration, 0.2 to 0.6" in run.err  # not 0.6
+    assert "the solved value 0.600000024 lies outside its range in the calibration, 0.2 to 0.6" in run.err  # not 0.6
+    run = run_main(capsys, "--solve", "native_engine.overhead_cut", "--observed", "current/native=2209.666")
+    assert "the solved value 0.999999907 lies outside its range" in run.err  # not 1, which the cut cannot be
 
 
 def test_a_fit_of_one_measurement_counts_it_in_the_singular(capsys: pytest.CaptureFixture[str]) -> None:

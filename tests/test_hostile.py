@@ -622,6 +622,9 @@ def test_a_fit_at_the_largest_curve_and_the_most_measurements(
         (["--sweep", "moe_curve.points[\u0661].ms=1"], "bad index [\u0661]; expected [N]"),
         (["--set", "moe_curve.points[1.5].ms=3"], "moe_curve.points[1.5].ms: bad index [1.5]; expected [N]"),
         (["--set", "moe_curve.points[1]x[2].ms=3"], "moe_curve.points[1]x[2].ms: bad index [1]x; expected [N]"),
+        (["--set", "a[1.5]x=1"], "a[1.5]x: bad index [1.5]x; expected [N]"),  # up to the next "[" or "."
+        (["--set", "a[1[2]=1"], "a[1[2]: bad index [1; expected [N]"),
+        (["--set", "a[x.b.c.d[0]=1"], "a[x.b.c.d[0]: bad index [x.b.c.d; expected [N]"),
         (["--fit", "moe_curve.points[0][a.b].ms"], "ms: moe_curve.points[0][a.b].ms: bad index [a.b]; expected"),
         (["--set", f"moe_curve.points[{'9' * 5000}].ms=1"], "expected [N] with a whole number N"),
         (["--sweep", "ranges.anchors.ar_tok_s.relative=0.01,2"], "ranges.anchors.ar_tok_s.relative: a range (for"),

@@ -309,7 +309,14 @@ def test_explain_lines_show_formula_numbers_and_result(capsys: pytest.CaptureFix
 
 
 @pytest.mark.parametrize(
-    "extra", [[], ["--set", "moe_curve.fit=experts"], ["--set", "hardware.target.mem_bandwidth_tb_s=10000"]]
+    "extra",
+    [
+        [],
+        ["--set", "moe_curve.fit=experts"],
+        ["--set", "hardware.target.mem_bandwidth_tb_s=10000"],  # MoE times of about 0.001 ms
+        ["--set", "hardware.target.mem_bandwidth_tb_s=1e6"],  # a MoE floor of 1.23e-05 ms
+        ["--set", "anchors.ddtree.tok_s=1.2"],  # throughputs of a few tok/s
+    ],
 )
 def test_explain_arithmetic_gives_its_result(capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
     """Each line's numbers, worked as written, give the result it prints: within 0.5%, or half a unit of the
@@ -321,12 +328,13 @@ def test_explain_arithmetic_gives_its_result(capsys: pytest.CaptureFixture[str],
         if len(parts) < 3 or not line.startswith("  "):
             continue
         arithmetic = re.sub(r" (TB/s|GB|MB)\b", "", parts[1])
-        result = re.fullmatch(r"(-?[0-9.]+)(%| ms| tok/s| MB| GB|x)?", parts[2])
+        result = re.fullmatch(r"(-?[0-9.]+(?:e[-+][0-9]+)?)(%| ms| tok/s| MB| GB|x)?", parts[2])
         if result is None or not re.fullmatch(r"[-0-9.e+*/() ^]+", arithmetic):
             continue
         printed = float(result[1]) / (100 if result[2] == "%" else 1)
         worked = eval(arithmetic.replace("^", "**"))
-        last_digit = 10.0 ** -len(result[1].partition(".")[2]) / (100 if result[2] == "%" else 1)
+        mantissa, _, exponent = result[1].partition("e")
+        last_digit = 10.0 ** (int(exponent or 0) - len(mantissa.partition(".")[2])) / (100 if result[2] == "%" else 1)
         assert worked == pytest.approx(printed, rel=5e-3, abs=last_digit / 2), line
         checked += 1
     assert checked >= 40  # the lines are found

@@ -607,6 +607,9 @@ def test_sensitivity_table_explains_the_band(capsys: pytest.CaptureFixture[str])
     assert "lies outside its range" not in out
     out = flat(run_main(capsys, "--sensitivity", "--set", "native_engine.overhead_cut=0.6000000001").out)
     assert "native_engine.overhead_cut = 0.6000000001 is outside 0.2 to 0.6." in out  # not "0.6 is outside"
+    ends = ["--set", "ranges.native_engine.overhead_cut.low=0.2000004", "--set", "native_engine.overhead_cut=0.2000003"]
+    out = flat(run_main(capsys, *ends).out)  # the end too keeps its digits: not "0.2000003 is outside 0.2 to 0.6"
+    assert "native_engine.overhead_cut = 0.2000003 is outside 0.2000004 to 0.6." in out
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
@@ -731,6 +734,10 @@ BAD_RANGES: list[tuple[dict[str, Any], list[str]]] = [
     ),
     ({"anchors.ddtree.accept": {"low": 1, "high": 12, "source": "x"}}, ["the range reaches 12", "<= 9"]),
     # an end just past a bound is told apart from it, not rounded onto it
+    (
+        {"native_engine.overhead_cut": {"low": 0.2, "high": 0.19999999999999998, "source": "x"}},
+        ["overhead_cut.high: got 0.19999999999999998, below low = 0.2; expected low <= high"],
+    ),
     (
         {"stronger_drafter.accept[1]": {"low": 1, "high": 17.0000001, "source": "x"}},
         ["accept[1].high: the range reaches 17.0000001; expected a number >= 1 and <= 17"],
