@@ -2637,8 +2637,9 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
         studied."""
         try:
             moved = recalibrate(*start, corner if changes is None else changes)
-            if whole:
-                estimate(moved[1]), predictions(moved[1])
+            if whole:  # checked, not kept
+                estimate(moved[1])
+                predictions(moved[1])
             return scenario_for(moved[1], spec, "--scenario", place).tok_s, moved
         except CalibrationError as exc:
             at = ", ".join(f"{format_path(p)}={_value_text(v)}" for p, v in corner)
