@@ -1098,15 +1098,19 @@ def _apart(value: float, other: float, least: int = 6) -> str:
     return repr(value)
 
 
-def _outside(value: float, low: float, high: float, domain: Domain | None) -> tuple[str, str, str]:
-    """A value outside low to high, and the two ends, to 6 significant digits or to as many more as keep the value
-    outside them as printed, and on its side of its domain's ends: 0.2000003 outside 0.2000004 to 0.6, not 0.2 to
-    0.6; 0.999999907 outside 0.2 to 0.6 in a domain below 1, not 1.
+def _against(value: float, low: float, high: float, domain: Domain | None) -> tuple[str, str, str]:
+    """A value and the ends of its range, to 6 significant digits or to as many more as keep the value inside or
+    outside the ends as printed, as it is, and on its side of its domain's ends: 0.2000003 outside 0.2000004 to
+    0.6, not 0.2 to 0.6; 0.999999907 outside 0.2 to 0.6 in a domain below 1, not 1.
+
+    >>> _against(0.2000003, 0.2000004, 0.6, None), _against(0.3, 0.2, 0.6, None)
+    (('0.2000003', '0.2000004', '0.6'), ('0.3', '0.2', '0.6'))
     """
+    inside = low <= value <= high
     for digits in (6, 9, 12):
         texts = (f"{value:.{digits}g}", f"{low:.{digits}g}", f"{high:.{digits}g}")
         shown, lo, hi = map(float, texts)
-        if not lo <= shown <= hi and (domain is None or (shown in domain) == (value in domain)):
+        if (lo <= shown <= hi) == inside and (domain is None or (shown in domain) == (value in domain)):
             return texts
     return repr(value), repr(low), repr(high)
 
@@ -3015,7 +3019,7 @@ def _value_warnings(fit_values: Sequence[FitValue], option: str, measured: int) 
         f"{option} {v.path}: the {found} value {value} lies outside its range in the calibration, {low} to {high} "
         f"({r.source}); {data} and that assumption disagree"
         for v in fit_values if (r := v.range) and not r.low <= v.value <= r.high
-        for value, low, high in [_outside(v.value, r.low, r.high, v.domain)]
+        for value, low, high in [_against(v.value, r.low, r.high, v.domain)]
     ]  # fmt: skip
     far = [
         f"{option} {v.path}: the {found} value {v.text} is {_times(v.value / v.previous)} the value before, "
@@ -3898,9 +3902,9 @@ def _change(share: float) -> str:
     return fixed(share, "+.0%" if abs(share) >= 0.005 else "+.1%")
 
 
-def outside_range(report: Report, row: SensitivityRow) -> tuple[str, str, str]:
-    """A value in force outside its range, and the range's ends, as a line prints them (see _outside)."""
-    return _outside(row.value, row.low, row.high, report.estimate.calibration.domains.get(row.path))
+def range_texts(report: Report, row: SensitivityRow) -> tuple[str, str, str]:
+    """A value in force and its range's ends, as a line or a table prints them (see _against)."""
+    return _against(row.value, row.low, row.high, report.estimate.calibration.domains.get(row.path))
 
 
 def headline_lines(report: Report) -> list[str]:
@@ -3928,7 +3932,7 @@ def headline_lines(report: Report) -> list[str]:
     )
     if b := h.band:
         off = [f"{r.path} = {value} is outside {low} to {high}" for r in b.rows if r.outside
-               for value, low, high in [outside_range(report, r)]]  # fmt: skip
+               for value, low, high in [range_texts(report, r)]]  # fmt: skip
         outside = f" The band spans the ranges, not the values in force: {'; '.join(off)}." if off else ""
         lines.append(
             f"Uncertainty: over the ranges in the calibration, {b.scenario} ({fixed(b.tok_s, '.0f')} tok/s) spans "
@@ -4125,8 +4129,8 @@ def sensitivity_section(report: Report, style: Style) -> Section:
     assert sens is not None
     columns = [
         Column("assumption", lambda r: r.path),
-        Column("in force", lambda r: f"{r.value:g}", "s"),
-        Column("range", lambda r: f"{r.low:g} to {r.high:g}", "s"),
+        Column("in force", lambda r: range_texts(report, r)[0], "s"),
+        Column("range", lambda r: "{1} to {2}".format(*range_texts(report, r)), "s"),
         Column("tok/s at low", lambda r: r.tok_s_at_low, ".0f"),
         Column("tok/s at high", lambda r: r.tok_s_at_high, ".0f"),
         Column("swing", lambda r: r.swing, ".0f"),
@@ -4191,6 +4195,15 @@ def solve_section(report: Report, style: Style) -> Section:
     )
 
 
+def fitted_texts(v: FitValue) -> tuple[str, str, str]:
+    """A value found and its range's ends, as the fit's table prints them: outside the range, to the digits that
+    keep it there (see _against)."""
+    r = v.range
+    if r is None or r.low <= v.value <= r.high:
+        return v.text, f"{r.low:g}" if r else "", f"{r.high:g}" if r else ""
+    return _against(v.value, r.low, r.high, v.domain)
+
+
 def fit_section(report: Report, style: Style) -> Section:
     """The fitted values, then every measurement before and after the fit, with its leave-one-out residual."""
     fit = report.fit
@@ -4198,8 +4211,8 @@ def fit_section(report: Report, style: Style) -> Section:
     values = [
         Column("assumption", lambda v: v.path),
         Column("before", lambda v: v.previous_text, "s"),
-        Column("fitted", lambda v: v.text, "s"),
-        Column("range", lambda v: "" if v.range is None else f"{v.range.low:g} to {v.range.high:g}", "s"),
+        Column("fitted", lambda v: fitted_texts(v)[0], "s"),
+        Column("range", lambda v: "" if v.range is None else "{1} to {2}".format(*fitted_texts(v)), "s"),
     ]
     left_out = len(fit.before) > len(fit.values)
     measurements = [  # a row: (prediction before, prediction after, leave-one-out residual)
@@ -4301,7 +4314,7 @@ def notes(report: Report, style: Style) -> list[str]:
         f"{r.path} = {value} lies outside its range {low} to {high}."
         for r in (sens.rows if sens else ())
         if r.outside and r.path not in named
-        for value, low, high in [outside_range(report, r)]
+        for value, low, high in [range_texts(report, r)]
     ]
     if not report.headline.band and report.sweep is None:
         no_band = "the ranges in the calibration give no band (see the warning)"
@@ -4783,10 +4796,11 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         tok_s = functools.partial(fixed, spec=".0f")
         out += ["", f"Sensitivity of {sens.scenario}: {tok_s(sens.tok_s)} tok/s as in force; each line re-estimates it"]
         out += [
-            f"  {r.path}: {r.value:g} in force, range {r.low:g} to {r.high:g} ({r.source}); at {r.low:g}: "
-            f"{tok_s(r.tok_s_at_low)} tok/s, at {r.high:g}: {tok_s(r.tok_s_at_high)} tok/s; swing "
+            f"  {r.path}: {value} in force, range {low} to {high} ({r.source}); at {low}: "
+            f"{tok_s(r.tok_s_at_low)} tok/s, at {high}: {tok_s(r.tok_s_at_high)} tok/s; swing "
             f"|{fixed(r.tok_s_at_high, '.1f')} - {fixed(r.tok_s_at_low, '.1f')}| = {tok_s(r.swing)}"
             for r in sens.rows
+            for value, low, high in [range_texts(report, r)]
         ]
         out.append(
             f"  band over all {sens.combinations} combinations of range ends: "

@@ -746,6 +746,10 @@ def test_fit_output_in_every_format(capsys: pytest.CaptureFixture[str]) -> None:
     explain = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--explain").out
     method = "least squares of ln tok/s (Levenberg-Marquardt)"
     assert f"native_engine.overhead_cut = {cut:.6g}: fitted to 4 measurements, was 0.4; {method}\n" in explain
+    # a range's low end just above the value found: the table keeps the digits that tell them apart
+    just_above = ["--set", "ranges.native_engine.overhead_cut.low=0.3166433"]
+    table = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, *just_above).out
+    assert re.search(r"\nnative_engine\.overhead_cut +0\.4 +0\.3166432 +0\.3166433 to 0\.6\n", table), cut
 
 
 @pytest.mark.parametrize("start", ["0", "1e-8", "0.9"])

@@ -610,6 +610,11 @@ def test_sensitivity_table_explains_the_band(capsys: pytest.CaptureFixture[str])
     ends = ["--set", "ranges.native_engine.overhead_cut.low=0.2000004", "--set", "native_engine.overhead_cut=0.2000003"]
     out = flat(run_main(capsys, *ends).out)  # the end too keeps its digits: not "0.2000003 is outside 0.2 to 0.6"
     assert "native_engine.overhead_cut = 0.2000003 is outside 0.2000004 to 0.6." in out
+    table = run_main(capsys, *ends, "--sensitivity", "--no-chart").out  # and so do the table and --explain
+    assert re.search(r"\nnative_engine\.overhead_cut +0\.2000003 +0\.2000004 to 0\.6 +786 +1201 +415 ", table)
+    explain = run_main(capsys, *ends, "--sensitivity", "--explain").out
+    assert "  native_engine.overhead_cut: 0.2000003 in force, range 0.2000004 to 0.6 (" in explain
+    assert "; at 0.2000004: 786 tok/s, at 0.6: 1201 tok/s;" in explain
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
