@@ -4914,8 +4914,8 @@ def build_parser(columns: int) -> argparse.ArgumentParser:
     many(
         "--measured",
         metavar="SCENARIO=TOK_S",
-        help="log one more measured throughput, e.g. current/native=415, stronger/native@13.2=900 (its accept "
-        "length as measured) or ar/native=201; repeatable",
+        help="add a measured throughput to this run's log (the file stays as it is), e.g. current/native=415, "
+        "stronger/native@13.2=900 (its accept length as measured) or ar/native=201; repeatable",
     )
     many(
         "--fit",
