@@ -3864,13 +3864,15 @@ class Section(NamedTuple):
 
 def _header_line(report: Report, tie: str = " ") -> str:
     """The provenance line every output carries: tool version, calibration file and hash, overrides, and the
-    throughputs --measured logged and the values --fit or --solve found, so that the line says how to run it again.
+    throughputs --measured logged, the sweeps (a grid's "A by B") and the values --fit or --solve found, so that
+    the line says how to run it again.
     `tie` follows each label (sha256, overrides:, ...): GLUE keeps the label on the line of what it names."""
     prov = report.provenance
     overrides = ", ".join(prov.overrides) or "none"
     file = f"{prov.calibration_file}, sha256{tie}{prov.calibration_sha256}"
     line = f"estimate_b300 {prov.tool_version}; {file}; overrides:{tie}{overrides}"
     line += f"; measured:{tie}{', '.join(prov.measurements_added)}" if prov.measurements_added else ""
+    line += f"; swept:{tie}{' by '.join(printable(s.text) for s in report.sweep.sweeps)}" if report.sweep else ""
     if sol := report.solve:
         (found,), (seen,) = sol.values, sol.before
         line += f"; solved:{tie}{found.path} for {seen.measurement.label}={_describe(seen.measurement.tok_s)}"
