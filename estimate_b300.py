@@ -4132,7 +4132,7 @@ def sensitivity_section(report: Report, style: Style) -> Section:
     columns = [
         Column("assumption", lambda r: r.path),
         Column("in force", lambda r: range_texts(report, r)[0], "s"),
-        Column("range", lambda r: "{1} to {2}".format(*range_texts(report, r)), "s"),
+        Column("range", lambda r: " to ".join(range_texts(report, r)[1:]), "s"),
         Column("tok/s at low", lambda r: r.tok_s_at_low, ".0f"),
         Column("tok/s at high", lambda r: r.tok_s_at_high, ".0f"),
         Column("swing", lambda r: r.swing, ".0f"),
@@ -4198,12 +4198,8 @@ def solve_section(report: Report, style: Style) -> Section:
 
 
 def fitted_texts(v: FitValue) -> tuple[str, str, str]:
-    """A value found and its range's ends, as the fit's table prints them: outside the range, to the digits that
-    keep it there (see _against)."""
-    r = v.range
-    if r is None or r.low <= v.value <= r.high:
-        return v.text, f"{r.low:g}" if r else "", f"{r.high:g}" if r else ""
-    return _against(v.value, r.low, r.high, v.domain)
+    """A value found and its range's ends, as the fit's table prints them (see _against); no range, no ends."""
+    return _against(v.value, v.range.low, v.range.high, v.domain) if v.range else (v.text, "", "")
 
 
 def fit_section(report: Report, style: Style) -> Section:
@@ -4214,7 +4210,7 @@ def fit_section(report: Report, style: Style) -> Section:
         Column("assumption", lambda v: v.path),
         Column("before", lambda v: v.previous_text, "s"),
         Column("fitted", lambda v: fitted_texts(v)[0], "s"),
-        Column("range", lambda v: "" if v.range is None else "{1} to {2}".format(*fitted_texts(v)), "s"),
+        Column("range", lambda v: " to ".join(fitted_texts(v)[1:]) if v.range else "", "s"),
     ]
     left_out = len(fit.before) > len(fit.values)
     measurements = [  # a row: (prediction before, prediction after, leave-one-out residual)
