@@ -1100,17 +1100,20 @@ def _apart(value: float, other: float, least: int = 6) -> str:
 
 def _against(value: float, low: float, high: float, domain: Domain | None) -> tuple[str, str, str]:
     """A value and the ends of its range, to 6 significant digits or to as many more as keep the value inside or
-    outside the ends as printed, as it is, and on its side of its domain's ends: 0.2000003 outside 0.2000004 to
-    0.6, not 0.2 to 0.6; 0.999999907 outside 0.2 to 0.6 in a domain below 1, not 1.
+    outside the ends as printed, as it is, each on its side of its domain's ends: 0.2000003 outside 0.2000004 to
+    0.6, not 0.2 to 0.6; 0.999999907 outside 0.2 to 0.6 in a domain below 1, not 1; an end of 0.9999999 too.
 
     >>> _against(0.2000003, 0.2000004, 0.6, None), _against(0.3, 0.2, 0.6, None)
     (('0.2000003', '0.2000004', '0.6'), ('0.3', '0.2', '0.6'))
     """
-    inside = low <= value <= high
+    inside, numbers = low <= value <= high, (value, low, high)
     for digits in (6, 9, 12):
         texts = (f"{value:.{digits}g}", f"{low:.{digits}g}", f"{high:.{digits}g}")
         shown, lo, hi = map(float, texts)
-        if (lo <= shown <= hi) == inside and (domain is None or (shown in domain) == (value in domain)):
+        sides = domain is None or all(
+            (float(t) in domain) == (n in domain) for t, n in zip(texts, numbers, strict=True)
+        )
+        if (lo <= shown <= hi) == inside and sides:
             return texts
     return repr(value), repr(low), repr(high)
 
@@ -3620,8 +3623,9 @@ def figure_text(figure: Figure, operand: bool = False) -> str:
     """A figure as the tables round it ('7.26 ms', '463 tok/s', '86.3%'); a calibration value as given."""
     result, inside, unit = FIGURE_FORMATS[figure.unit]
     unit = unit if not operand or figure.unit in ("TB/s", "GB", "MB") else ""
-    if figure.path:
-        return f"{figure.value:g}{unit}"
+    if figure.path:  # to 6 digits, or whole where 6 would round it onto a whole number (a domain's end, mostly)
+        text = f"{figure.value:g}"  # 0.99999999999 for a cut below 1, not 1
+        return f"{text if float(text) == figure.value or not float(text).is_integer() else repr(figure.value)}{unit}"
     text = fixed(figure.value, inside if operand else result)
     digits = text.partition("e")[0].lstrip("+-0.").replace(".", "")  # the significant ones: 1.2e-05 has 2
     if operand and len(digits) < 3 and float(text) != figure.value:  # rounded off: 0.00124 and 3.63, not 0.001, 3.6

@@ -316,6 +316,7 @@ def test_explain_lines_show_formula_numbers_and_result(capsys: pytest.CaptureFix
         ["--set", "hardware.target.mem_bandwidth_tb_s=10000"],  # MoE times of about 0.001 ms
         ["--set", "hardware.target.mem_bandwidth_tb_s=1e6"],  # a MoE floor of 1.23e-05 ms
         ["--set", "anchors.ddtree.tok_s=1.2"],  # throughputs of a few tok/s
+        ["--set", "native_engine.overhead_cut=0.99999999999"],  # 1 - 0.99999999999, not 1 - 1, gives 1e-11
     ],
 )
 def test_explain_arithmetic_gives_its_result(capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:

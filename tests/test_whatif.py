@@ -622,6 +622,9 @@ def test_sensitivity_table_explains_the_band(capsys: pytest.CaptureFixture[str])
     ends = ["--set", "ranges.native_engine.overhead_cut.low=0.2000004", "--set", "native_engine.overhead_cut=0.2000003"]
     out = flat(run_main(capsys, *ends).out)  # the end too keeps its digits: not "0.2000003 is outside 0.2 to 0.6"
     assert "native_engine.overhead_cut = 0.2000003 is outside 0.2000004 to 0.6." in out
+    near_1 = ["--set", 'ranges.native_engine.overhead_cut={"low": 0.2, "high": 0.9999999, "source": "x"}']
+    out = flat(run_main(capsys, *near_1, "--set", "native_engine.overhead_cut=0.1").out)  # an end of 1 is refused
+    assert "native_engine.overhead_cut = 0.1 is outside 0.2 to 0.9999999." in out
     table = run_main(capsys, *ends, "--sensitivity", "--no-chart").out  # and so do the table and --explain
     assert re.search(r"\nnative_engine\.overhead_cut +0\.2000003 +0\.2000004 to 0\.6 +786 +1201 +415 ", table)
     explain = run_main(capsys, *ends, "--sensitivity", "--explain").out
