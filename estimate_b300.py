@@ -3619,17 +3619,19 @@ FIGURE_FORMATS = {
 }
 
 
-def figure_text(figure: Figure, operand: bool = False) -> str:
-    """A figure as the tables round it ('7.26 ms', '463 tok/s', '86.3%'); a calibration value as given."""
+def figure_text(figure: Figure, operand: bool = False, least: int = 3) -> str:
+    """A figure as the tables round it ('7.26 ms', '463 tok/s', '86.3%'); a calibration value as given. An operand
+    that its places round keeps `least` significant digits: 0.00124 and 3.63, not 0.001 and 3.6."""
     result, inside, unit = FIGURE_FORMATS[figure.unit]
     unit = unit if not operand or figure.unit in ("TB/s", "GB", "MB") else ""
     if figure.path:  # to 6 digits, or whole where 6 would round it onto a whole number (a domain's end, mostly)
         text = f"{figure.value:g}"  # 0.99999999999 for a cut below 1, not 1
-        return f"{text if float(text) == figure.value or not float(text).is_integer() else repr(figure.value)}{unit}"
-    text = fixed(figure.value, inside if operand else result)
+        text = text if float(text) == figure.value or not float(text).is_integer() else repr(figure.value)
+    else:
+        text = fixed(figure.value, inside if operand else result)
     digits = text.partition("e")[0].lstrip("+-0.").replace(".", "")  # the significant ones: 1.2e-05 has 2
-    if operand and len(digits) < 3 and float(text) != figure.value:  # rounded off: 0.00124 and 3.63, not 0.001, 3.6
-        text = f"{figure.value:.3g}"  # so that a line worked by hand gives its result
+    if operand and len(digits) < least and float(text) != figure.value:
+        text = f"{figure.value:.{least}g}"
     return f"{text}{unit}"
 
 
@@ -3662,10 +3664,25 @@ def plain(value: float, spec: str) -> bool:
 
 
 def explain_line(figure: Figure) -> str:
-    """name = formula = the formula with each input's value for its name = result, one line of --explain."""
-    inputs = {i.name: i for i in figure.inputs}
-    numbers = replace_names(figure.formula, inputs, lambda name: figure_text(inputs[name], operand=True))
-    return f"  {figure.name} = {figure.formula} = {numbers} = {figure_text(figure)}"
+    """name = formula = the formula with each input's value for its name = result, one line of --explain.
+
+    The numbers put in keep the digits that make the formula, worked on them, give the result as printed: more
+    where near-equal numbers cancel (9.2523 - 1.9913 - 7.2600 = 0.0010, not 9.252 - 1.991 - 7.260).
+    """
+    inputs, result = {i.name: i for i in figure.inputs}, figure_text(figure)
+    compute = _COMPILED.get(figure.formula)
+    for least in (3, 5, 7, 9, 12, 17):
+        texts = {name: figure_text(i, operand=True, least=least) for name, i in inputs.items()}
+        if compute is None:
+            break
+        as_put = tuple(i._replace(value=float(texts[i.name].split(" ")[0])) for i in figure.inputs)
+        try:
+            if figure_text(figure._replace(value=float(compute(as_put)))) == result:
+                break
+        except ArithmeticError:  # the numbers put in divide by 0: more digits
+            continue
+    numbers = replace_names(figure.formula, inputs, lambda name: texts[name])
+    return f"  {figure.name} = {figure.formula} = {numbers} = {result}"
 
 
 def _swept_text(value: object) -> str:
