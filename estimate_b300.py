@@ -3666,23 +3666,30 @@ def plain(value: float, spec: str) -> bool:
 def explain_line(figure: Figure) -> str:
     """name = formula = the formula with each input's value for its name = result, one line of --explain.
 
-    The numbers put in keep the digits that make the formula, worked on them, give the result as printed: more
-    where near-equal numbers cancel (9.2523 - 1.9913 - 7.2600 = 0.0010, not 9.252 - 1.991 - 7.260).
+    The numbers put in keep as few significant digits as make the formula, worked on them, give the result as
+    printed: 9.251697 - 1.99125 - 7.260047 = 0.0004 ms where near-equal numbers cancel, not 9.252 - 1.991 - 7.260.
     """
     inputs, result = {i.name: i for i in figure.inputs}, figure_text(figure)
-    compute = _COMPILED.get(figure.formula)
+    try:
+        compute = _COMPILED.get(figure.formula) or _compile(figure.formula, figure.inputs)
+    except SyntaxError:  # a formula told in words (chain alpha's), which nothing here can work
+        compute = None
     for least in (3, 5, 7, 9, 12, 17):
         texts = {name: figure_text(i, operand=True, least=least) for name, i in inputs.items()}
-        if compute is None:
+        if compute is None or _worked(figure, compute, texts) == result:
             break
-        as_put = tuple(i._replace(value=float(texts[i.name].split(" ")[0])) for i in figure.inputs)
-        try:
-            if figure_text(figure._replace(value=float(compute(as_put)))) == result:
-                break
-        except ArithmeticError:  # the numbers put in divide by 0: more digits
-            continue
     numbers = replace_names(figure.formula, inputs, lambda name: texts[name])
     return f"  {figure.name} = {figure.formula} = {numbers} = {result}"
+
+
+def _worked(figure: Figure, compute: Callable[[tuple[Figure, ...]], float], texts: dict[str, str]) -> str:
+    """What a figure's formula gives on its numbers as put in ('1.486 GB': 1.486), as printed; "" where they
+    divide by 0."""
+    as_put = tuple(i._replace(value=float(texts[i.name].split(" ")[0])) for i in figure.inputs)
+    try:
+        return figure_text(figure._replace(value=float(compute(as_put))))
+    except ArithmeticError:
+        return ""
 
 
 def _swept_text(value: object) -> str:
