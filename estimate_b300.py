@@ -4800,13 +4800,18 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out.append(f"  t0 = {fit.t0.value:.4g} ms, t_expert = {fit.t_expert.value:.4g} ms per distinct expert")
         out += [f"  residual({m}) = curve({m}) - fit({m}) = {r:+.3f} ms" for m, r in fit.residuals_ms]
     shown: dict[str, str] = {}  # each figure's line once (a figure may be computed again), and the block it is in
+    lines: dict[int, str] = {}  # each figure's line by the figure's id: the blocks share many figures
+
+    def line_of(f: Figure) -> str:
+        return lines.get(id(f)) or lines.setdefault(id(f), explain_line(f))
+
     for (name, rest, _), figures in zip(blocks, derived, strict=True):
-        new = {line: f for f in figures if f.inputs and (line := explain_line(f)) not in shown}
+        new = {line: f for f in figures if f.inputs and (line := line_of(f)) not in shown}
         # what the new lines read from an earlier block; every block reads the calibration's, so those go unnamed
         earlier: dict[str, str] = {}
         for f in new.values():
             for i in f.inputs:
-                if i.inputs and shown.get(line := explain_line(i), "Calibration") != "Calibration":
+                if i.inputs and shown.get(line := line_of(i), "Calibration") != "Calibration":
                     earlier[line] = f"  {i.name} = {figure_text(i)}, from {shown[line]}"
         out += ["", name + rest, *earlier.values(), *new] if new else []
         shown.update(dict.fromkeys(new, name))
