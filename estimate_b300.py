@@ -44,7 +44,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Container, Generator, Iterable, Iterator, Sequence
-from typing import Any, BinaryIO, Literal, NamedTuple, NoReturn, Protocol, TypeVar, get_args
+from typing import Any, BinaryIO, Literal, NamedTuple, NoReturn, Protocol, TypeVar, cast, get_args
 
 __version__ = "1.0.0"
 
@@ -1337,7 +1337,7 @@ class _Reader:
             raise self.error(key, "is blank; expected a text with at least one visible character")
         return printable(value)
 
-    def items(self, key: str, fewest: int = 1, most: int = 1000, default: object = _REQUIRED) -> list[object]:
+    def items(self, key: str, most: int, fewest: int = 1, default: object = _REQUIRED) -> list[object]:
         value = self.raw(key, "a list", default)
         if not isinstance(value, list):
             raise self.error(key, f"got {_kind(value)}; expected a list")
@@ -1435,9 +1435,8 @@ def _read_anchors(anchors: _Reader) -> Anchors:
 
 
 def _read_sglang(section: _Reader) -> SglangPipeline:
-    """The optional `sglang` section: the largest budget the SGLang pipeline can verify, and why."""
-    reason = section.data.get("max_budget_source", section.data.get("source", ""))
-    return SglangPipeline(section.count("max_budget"), printable(reason) if isinstance(reason, str) else "")
+    """The optional `sglang` section: the largest budget the SGLang pipeline can verify, and why (its source)."""
+    return SglangPipeline(section.count("max_budget"), section.string("max_budget_source", default=""))
 
 
 def _read_native_engine(native: _Reader) -> NativeEngine:
@@ -1497,7 +1496,7 @@ def _read_ranges(section: _Reader) -> tuple[Range, ...]:
     """
     domains = section.domains or {}
     ranges = []
-    keys = [key for key in section.data if key not in ("source", "note")]
+    keys = [key for key in section.data if not documents(key)]
     if len(keys) > MAX_RANGES:
         message = f"has {len(keys)} ranges; expected at most {MAX_RANGES} (the band tries every combination of ends)"
         raise CalibrationError(section.path, message)
@@ -1692,17 +1691,13 @@ def read_document(path: str) -> tuple[object, str]:
         return obj
 
     try:
-        doc = json.loads(text, object_pairs_hook=object_of, parse_float=file_float)
+        doc = json.loads(text, object_pairs_hook=object_of, parse_float=file_float, parse_int=file_int)
     except json.JSONDecodeError as exc:
         raise CalibrationError(
             "", f"line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); expected a JSON object"
         ) from None
     except RecursionError:
         raise CalibrationError("", "nests too deep to decode; expected a calibration JSON object") from None
-    except ValueError:  # an integer past Python's digit limit
-        raise CalibrationError(
-            "", "holds a number of more than 4,300 digits; expected numbers of sensible size"
-        ) from None
     if twice:  # one inside a value that a later copy of its key replaced is not in the document: not that one
         key_of = {id(obj): key for obj, key in twice}
         segments, obj = _first_object(doc, key_of)
@@ -1987,11 +1982,11 @@ def json_float(text: str) -> float:
 
 
 class Unheld(float):
-    """A number of the calibration file that no float holds, as written: json_float's error, kept for the loader
-    to raise where it reads the number, so that the error names its key path."""
+    """A number of the calibration file that no float holds, or an integer of more digits than Python reads:
+    the error, kept for the loader to raise where it reads the number, so that the error names its key path."""
 
-    written: str  # as the file has it: 1e-400
-    problem: str  # json_float's message
+    written: str  # as the file has it: 1e-400; or what it is: an integer of more than 4,300 digits
+    problem: str  # the error
 
 
 def file_float(text: str) -> float:
@@ -2000,9 +1995,22 @@ def file_float(text: str) -> float:
     try:
         return json_float(text)
     except CalibrationError as exc:
-        unheld = Unheld(text)
-        unheld.written, unheld.problem = text, exc.message
-        return unheld
+        return _unheld(text, text, exc.message)
+
+
+def file_int(text: str) -> int | float:
+    """An integer of the file, or an Unheld where it has more digits than Python turns into a number."""
+    try:
+        return int(text)
+    except ValueError:
+        written = f"an integer of more than {sys.get_int_max_str_digits():,} digits"
+        return _unheld(text, written, f"{written}; expected a number of sensible size")
+
+
+def _unheld(text: str, written: str, problem: str) -> Unheld:
+    unheld = Unheld(text)
+    unheld.written, unheld.problem = written, problem
+    return unheld
 
 
 def parse_value(text: str, within: int = 0) -> object:
@@ -2649,7 +2657,8 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
                 predictions(moved[1])
             return scenario_for(moved[1], spec, "--scenario", place).tok_s, moved
         except CalibrationError as exc:
-            at = ", ".join(f"{format_path(p)}={_value_text(v)}" for p, v in corner)
+            ends = ((format_path(p), cast(float, v)) for p, v in corner)  # a corner holds range ends
+            at = ", ".join(f"{key}={number_text(end, cal.domains[key])}" for key, end in ends)
             raise CalibrationError(
                 "ranges", f"at {at} the calibration fails ({exc.path}: {exc.message}); expected ranges it can use"
             ) from None
@@ -3422,8 +3431,9 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
     found += curve_warnings(cal.hardware.reference, cal.model, cal.moe_curve)
     found += [
         ("floor", f"{row.label}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the "
-         f"MoE weights alone ({row.moe_floor_ms:.3g} ms at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s); "
-         "the inputs are inconsistent: check the curve, the bandwidths and the anchors")
+         f"MoE weights alone ({row.moe_floor_ms:.3g} ms at 100% of {tgt.name}'s "
+         f"{_value_text(tgt.mem_bandwidth_tb_s)} TB/s); the inputs are inconsistent: check the curve, the "
+         "bandwidths and the anchors")
         for row in rows if row.moe_floor_ms is not None and row.step_ms < row.moe_floor_ms
     ]  # fmt: skip
     found += [("sglang", message) for m in cal.measurements if (message := sglang_cannot(cal, m))]
@@ -3435,15 +3445,15 @@ def curve_warnings(reference: Gpu, model: ModelGeometry | None, curve: MoeCurve)
     """The curve's own warnings, each kind counted: where its time falls as M grows, and its points that would
     read faster than the reference GPU's peak bandwidth."""
     found = [
-        ("curve", f"moe_curve.points: the MoE time falls from {a.ms:g} ms at M = {a.m} to {b.ms:g} ms at "
-         f"M = {b.m}; a larger batch reads at least as many experts: check the times")
+        ("curve", f"moe_curve.points: the MoE time falls from {_value_text(a.ms)} ms at M = {a.m} to "
+         f"{_value_text(b.ms)} ms at M = {b.m}; a larger batch reads at least as many experts: check the times")
         for a, b in itertools.pairwise(curve.points) if b.ms < a.ms
     ]  # fmt: skip
     found += [
-        ("peak", f"moe_curve.points: M = {p.m} ({p.basis}, {p.ms:g} ms) reads {p.bytes_per_gpu / 1e9:.3g} GB "
-         f"per GPU, which takes at least {p.peak_ms:.3g} ms at {reference.name}'s {reference.mem_bandwidth_tb_s:g} "
-         f"TB/s: {fixed(p.efficiency, '.1%')} of peak bandwidth is impossible; check the time, the `model` geometry "
-         "or hardware.reference.mem_bandwidth_tb_s")
+        ("peak", f"moe_curve.points: M = {p.m} ({p.basis}, {_value_text(p.ms)} ms) reads "
+         f"{p.bytes_per_gpu / 1e9:.3g} GB per GPU, which takes at least {p.peak_ms:.3g} ms at {reference.name}'s "
+         f"{_value_text(reference.mem_bandwidth_tb_s)} TB/s: {fixed(p.efficiency, '.1%')} of peak bandwidth is "
+         "impossible; check the time, the `model` geometry or hardware.reference.mem_bandwidth_tb_s")
         for p in (roofline(reference, model, curve) if model else ()) if p.efficiency > 1
     ]  # fmt: skip
     return tuple(counted(found))  # held in the cache, so not to be changed
@@ -3699,8 +3709,19 @@ def _swept_text(value: object) -> str:
 
 
 def _value_text(value: object) -> str:
-    """A value as written: 0.4, 32, B300, [12, 14]; a float to 6 digits."""
-    return f"{value:g}" if isinstance(value, float) else value if isinstance(value, str) else _json_text(value)
+    """A value of the calibration or an option as written: 0.4, 32, B300, [12, 14]. A float as typed (0.2000003
+    and 7.9999999, which 6 digits would round), or, where a fit or a solve computed it, to 6 digits but not
+    rounded onto a whole number: 0.447526, 0.99999999999.
+
+    >>> _value_text(0.2000003), _value_text(0.4475261537380284), _value_text(1 - 1e-11), _value_text(1e16)
+    ('0.2000003', '0.447526', '0.99999999999', '1e+16')
+    """
+    if not isinstance(value, float):
+        return value if isinstance(value, str) else _json_text(value)
+    if float(typed := f"{value:.15g}") == value:
+        return typed
+    text = f"{value:g}"
+    return repr(value) if float(text).is_integer() and float(text) != value else text
 
 
 def _json_text(value: object) -> str:
@@ -3825,7 +3846,6 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     import tabulate as tabulate_module
     from tabulate import tabulate
 
-    tabulate_module.MIN_PADDING = 0  # a column as wide as its widest cell or header: they stand apart already
     text = [i for i, c in enumerate(columns) if c.fmt in ("", "s")]  # words, which may wrap
     tablefmt = "pipe" if style.markdown else style.tablefmt
     markdown = tablefmt in ("pipe", "github")  # text in a cell is Markdown
@@ -3865,12 +3885,17 @@ def table(rows: Iterable[Any], columns: Sequence[Column], style: Style) -> str:
     least = {i: max([12, len(headers[i]), *(len(w) for c in kept[i] for w in str(c or "").split())]) for i in text}
     wrapped = {i: [r[i] for r in cells] for i in text}  # its cells at that width
     while True:
-        out: str = tabulate(
-            [[wrapped[i][k] if i in wrapped else cell for i, cell in enumerate(row)] for k, row in enumerate(cells)],
-            headers=headers, tablefmt=tablefmt, missingval="",
-            floatfmt=[c.fmt or "g" for c in columns], colalign=["right" if c.fmt else "left" for c in columns],
-            disable_numparse=text + shown_fixed if cells else True,  # tabulate fails on columns without rows
-        )  # fmt: skip
+        # a column as wide as its widest cell or header, which stand apart already: for this table, not a caller's
+        padding, tabulate_module.MIN_PADDING = tabulate_module.MIN_PADDING, 0
+        try:
+            out: str = tabulate(
+                [[wrapped[i][k] if i in wrapped else c for i, c in enumerate(row)] for k, row in enumerate(cells)],
+                headers=headers, tablefmt=tablefmt, missingval="",
+                floatfmt=[c.fmt or "g" for c in columns], colalign=["right" if c.fmt else "left" for c in columns],
+                disable_numparse=text + shown_fixed if cells else True,  # tabulate fails on columns without rows
+            )  # fmt: skip
+        finally:
+            tabulate_module.MIN_PADDING = padding
         excess = max(map(len, out.splitlines()), default=0) - style.width
         narrower = [i for i in text if width[i] > least[i]]
         if excess <= 0 or not wraps or not narrower:
@@ -3938,7 +3963,8 @@ def range_texts(report: Report, row: SensitivityRow) -> tuple[str, str, str]:
 
 
 def headline_lines(report: Report) -> list[str]:
-    """Two to four sentences: today's throughput, the native engine's, the stronger drafter's, and how sure."""
+    """Three to five lines: today's throughput, the native engine's, the stronger drafter's, how sure, and how
+    well the model predicted the logged measurements."""
     h, cal = report.headline, report.estimate.calibration
     cut = cal.native_engine.overhead_cut
     removed = fixed(cut, ".0%")
@@ -4008,8 +4034,8 @@ def calibration_section(report: Report, style: Style) -> Section:
     ]
     title = (
         f"Calibration, in ms, with each part's share of the DDTree step: MoE scales by the bandwidth ratio "
-        f"{tgt.name} / {ref.name} = {tgt.mem_bandwidth_tb_s:g} / {ref.mem_bandwidth_tb_s:g} TB/s = "
-        f"{figure_text(dec.bandwidth_ratio)}"
+        f"{tgt.name} / {ref.name} = {_value_text(tgt.mem_bandwidth_tb_s)} / {_value_text(ref.mem_bandwidth_tb_s)} "
+        f"TB/s = {figure_text(dec.bandwidth_ratio)}"
     )
     body = table(figures, columns, style)
     if fit := est.experts_fit:
@@ -4055,7 +4081,7 @@ def drafter_sections(report: Report, style: Style) -> list[Section]:
         ),
         Section(
             "Stronger drafter", f"Stronger drafter: block {sd.block}, budget {sd.budget}, M = {stronger[0].m}; "
-            f"ATTN_BASE x {sd.attn_base_scale:g}, SPEC x {sd.spec_scale:g}",
+            f"ATTN_BASE x {_value_text(sd.attn_base_scale)}, SPEC x {_value_text(sd.spec_scale)}",
             table(stronger, columns, style),
         ),
     ]  # fmt: skip
@@ -4124,7 +4150,7 @@ def physical_sections(report: Report, style: Style) -> list[Section]:
         f"Physical cross-check, under uniform routing (each token picks {model.experts_per_token} of "
         f"{model.routed_experts} experts independently): {layers.value:g} MoE layers, one routed "
         f"expert {figure_text(expert)}, TP {cal.moe_curve.tp}{shared}. Each curve point against {ref.name}'s "
-        f"{ref.mem_bandwidth_tb_s:g} TB/s peak."
+        f"{_value_text(ref.mem_bandwidth_tb_s)} TB/s peak."
     )
     columns = [
         Column("M", lambda p: p.m, "d"),
@@ -4145,8 +4171,8 @@ def physical_sections(report: Report, style: Style) -> list[Section]:
         Column("of ceiling", lambda r: r.figures["of ceiling"].value, ".1%"),
     ]
     floor_title = (
-        f"The MoE floor: the weight read at 100% of {tgt.name}'s {tgt.mem_bandwidth_tb_s:g} TB/s, and the tok/s "
-        "ceiling if everything else took no time"
+        f"The MoE floor: the weight read at 100% of {tgt.name}'s {_value_text(tgt.mem_bandwidth_tb_s)} TB/s, and "
+        "the tok/s ceiling if everything else took no time"
     )
     return [
         Section("Physical cross-check", title, table(roof, columns, style)),
@@ -4326,7 +4352,8 @@ def notes(report: Report, style: Style) -> list[str]:
         found.append(f"* MoE extrapolated: M = {', '.join(map(str, extrapolated))} lies outside the curve{outside}.")
     if report.sweep is None:
         found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
-        found.append(f"x today: tok/s over today's {est.decomposition.today.value:g} tok/s, {_measured(cal)}.")
+        today = _value_text(est.decomposition.today.value)
+        found.append(f"x today: tok/s over today's {today} tok/s, {_measured(cal)}.")
     else:  # a step is marked [i] at each point where its pipeline cannot run the tree
         size = plural(report.sweep.size, "point")
         found += [f"[{i}] at {n:,} of {size}: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]
@@ -4535,9 +4562,12 @@ def _assumption_list(report: Report) -> str:
     if ranges and (report.headline.band or report.sensitivity):  # no band shown, no range used
         section = report.document.get("ranges") if isinstance(report.document, dict) else None
         entry("", "ranges", "", section.get("source", "") if isinstance(section, dict) else "")
+        domains = report.estimate.calibration.domains
         for r in ranges:
             said = _changed_source(report, ("ranges", *parse_path(r.path)), r.source)
-            entry("  ", r.path, f" from {r.low:g} to {r.high:g}", said)
+            value = number_at(report.document, parse_path(r.path))  # in force: it stays inside or outside as it is
+            _, low, high = _against(value, r.low, r.high, domains.get(r.path))
+            entry("  ", r.path, f" from {low} to {high}", said)
     return "\n".join(lines)
 
 
@@ -4774,7 +4804,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         blocks.append(("Physical cross-check", " (uniform routing)", [f for p in est.roofline for f in p.figures]))
     for p in report.track_record:
         m = p.measurement
-        blocks.append((f"Measurement {m.label} ({m.origin})", f": {m.tok_s:g} tok/s measured", [p.figure]))
+        blocks.append((f"Measurement {m.label} ({m.origin})", f": {_value_text(m.tok_s)} tok/s measured", [p.figure]))
     derived = [derivation(*figures) for *_, figures in blocks]
 
     out = [
@@ -4818,7 +4848,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     if report.track_record:
         out += ["", "Track record: error = predicted / measured - 1"]
         out += [
-            f"  {p.measurement.label}: {fixed(p.predicted_tok_s, '.1f')} / {p.measurement.tok_s:g} - 1 = "
+            f"  {p.measurement.label}: {fixed(p.predicted_tok_s, '.1f')} / {_value_text(p.measurement.tok_s)} - 1 = "
             f"{fixed(p.relative_error, '+.1%')}"
             for p in report.track_record
         ]
@@ -4861,7 +4891,8 @@ EPILOG = """examples:
       --fit native_engine.overhead_cut
 
 exit status: 0 estimated (warnings, if any, on stderr); 2 bad calibration,
-option or usage (one line on stderr, nothing on stdout); 1 the output could
+option, usage or environment, such as tabulate missing for tables (one line
+on stderr, nothing on stdout); 1 the output could
 not be written, memory ran out, or an internal error; 130 interrupted (Ctrl-C)."""
 
 
@@ -5096,10 +5127,12 @@ def parse_options(args: argparse.Namespace) -> Options:
 
 
 def terminal_columns() -> int:
-    """$COLUMNS, else the terminal's width when stdout is one, else 80; clamped to 60..1,000, junk ignored."""
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
+    """$COLUMNS, else the terminal's width when stdout is one, else 80; clamped to 60..1,000, junk ignored (any
+    but ASCII digits: int() would read 1_2_0 and Arabic-Indic digits)."""
+    if re.fullmatch("[0-9]+", text := os.environ.get("COLUMNS", "")):
+        digits = text.lstrip("0") or "0"
+        columns = int(digits) if len(digits) < 5 else 1000  # past 1,000 in any case; int() refuses 4,301 digits
+    else:
         columns = 80
         if hasattr(sys.stdout, "isatty") and sys.stdout.isatty():
             import shutil
@@ -5171,16 +5204,29 @@ def say(line: str) -> None:
 
 
 def emit(chunks: Iterable[str]) -> int:
-    """Write the output: 0 when written (or the reader left early), 1 when stdout cannot take it."""
+    """Write the output: 0 when written (or the reader left early), 1 when stdout cannot take it. Each chunk is
+    made outside the handling of the writes' errors: an error in making one is the tool's, not the output's."""
+    if status := _written(_writable):
+        return status
+    for chunk in chunks:
+        if status := _written(functools.partial(sys.stdout.write, chunk)):
+            return status
+    return _written(sys.stdout.flush)
+
+
+def _writable() -> None:
+    """Raise what would make the output fail before a line of it is written."""
+    if sys.stdout is None:
+        raise OSError("stdout is closed")
+    if not _writes_lines(encoding := _encoding(sys.stdout)):  # punycode: the output would be one garbled line
+        line_break = "\n".encode(encoding)
+        raise UnicodeError(f"it writes a line break as {line_break!r}")
+
+
+def _written(write: Callable[[], object]) -> int:
+    """0 when `write` wrote (or the reader left early), 1 when stdout cannot take it, with a line on stderr."""
     try:
-        if sys.stdout is None:
-            raise OSError("stdout is closed")
-        if not _writes_lines(encoding := _encoding(sys.stdout)):  # punycode: the output would be one garbled line
-            line_break = "\n".encode(encoding)
-            raise UnicodeError(f"it writes a line break as {line_break!r}")
-        for chunk in chunks:
-            sys.stdout.write(chunk)
-        sys.stdout.flush()
+        write()
     except BrokenPipeError:  # `estimate-b300 | head`: the reader left, which is not an error
         _silence(1)
         return 0
@@ -5249,7 +5295,7 @@ def _run(argv: list[str]) -> int:
                 "estimate_b300: tables and Markdown need tabulate, which is not installed: pip install tabulate, or "
                 "run uv run estimate_b300.py; --format json and --format csv work without it"
             )
-            return 1
+            return 2  # the environment is the input at fault
         _check_usage(args)
         options = parse_options(args)._replace(headline_band=shows_tables and not args.sweep, sweep_table=shows_tables)
         report = build_report(options)

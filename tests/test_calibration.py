@@ -30,13 +30,20 @@ import estimate_b300 as eb
         (b'{"schema_version": 2}', ["schema_version", "got 2", "reads schema 1"]),
         (b'{"schema_version": true}', ["schema_version", "got true"]),
         (b"[" * 100_000 + b"]" * 100_000, ["nests too deep to decode"]),  # nesting past the recursion limit
-        (b'{"x": 1' + b"0" * 5000 + b"}", ["a number of more than 4,300 digits"]),  # more than Python parses
+        (b'{"schema_version": 1' + b"0" * 5000 + b"}", ["schema_version: got an integer of more than 4,300 digits"]),
     ],
 )
 def test_bad_files(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes, fragments: list[str]) -> None:
     path = tmp_path / "cal.json"
     path.write_bytes(content)
     assert_clean_error(run_main(capsys, "--calibration", str(path)), str(path), *fragments)
+
+
+def test_an_integer_past_pythons_digit_limit_is_named_at_its_key_with_the_limit_in_force(tmp_path: Path) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text(DEFAULT_CALIBRATION.read_text().replace('"ar_tok_s": 133', '"ar_tok_s": ' + "1" * 2000, 1))
+    run = run_script("--calibration", str(path), env={"PYTHONINTMAXSTRDIGITS": "1000"})
+    assert_clean_error(run, "anchors.ar_tok_s: an integer of more than 1,000 digits; expected a number of sensible")
 
 
 def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -145,6 +152,7 @@ BAD_VALUES: list[tuple[str, Callable[[dict[str, Any]], object], list[str]]] = [
         ["accept[1]: 12.000004 reads 12, as accept[0] does", "distinct in its first 6 digits"],
     ),  # one column in a table
     ("zero scale", lambda d: d["stronger_drafter"].update(spec_scale=0), ["spec_scale: got 0"]),
+    ("blank reason", lambda d: d["sglang"].update(max_budget_source=" \n"), ["max_budget_source: is blank"]),
 ]
 
 
@@ -164,7 +172,11 @@ def test_documentation_keys_are_accepted() -> None:
     doc["anchors"]["ar_tok_s_note"] = "a note on one number"
     doc["anchors"]["ddtree"]["note"] = "a note on the object"
     doc["stronger_drafter"]["budget_source"] = "assumed"
+    doc["ranges"]["native_engine.overhead_cut_note"] = "a note beside a range, as beside any key"
     eb.parse_calibration(doc)
+    doc["ranges"]["native_engine.overhead_cut_note"] = 3
+    with pytest.raises(eb.CalibrationError, match="overhead_cut_note: got a number; expected a string"):
+        eb.parse_calibration(doc)
 
 
 def test_every_number_in_the_default_calibration_carries_a_source() -> None:

@@ -309,6 +309,9 @@ def test_sglang_cannot_run_the_stronger_drafter(capsys: pytest.CaptureFixture[st
     assert not ok and reason.startswith("SGLang cannot verify a budget above 8: its verify CUDA graphs")
     table = run_main(capsys).out
     assert table.count("cannot run [1]") == 3 and "[1] SGLang cannot verify a budget above 8" in table
+    unsaid = '{"source": "the SGLang pipeline the anchors were measured with", "max_budget": 8}'
+    table = run_main(capsys, "--set", f"sglang={unsaid}").out  # the section's source is no reason
+    assert "[1] SGLang cannot verify a budget above 8.\n" in table
 
 
 def test_sweeps_say_what_can_run(capsys: pytest.CaptureFixture[str]) -> None:
@@ -392,7 +395,7 @@ def test_without_tabulate_tables_say_what_to_install() -> None:
         "import sys; sys.modules['tabulate'] = None; sys.path.insert(0, {root!r}); import estimate_b300 as eb; "
         "sys.exit(eb.main({args!r}))"
     )
-    for args, status in (([], 1), (["--format", "markdown"], 1), (["--format", "json"], 0), (["--format", "csv"], 0)):
+    for args, status in (([], 2), (["--format", "markdown"], 2), (["--format", "json"], 0), (["--format", "csv"], 0)):
         proc = subprocess.run(
             [sys.executable, "-c", code.format(root=str(ROOT), args=args)], capture_output=True, text=True, cwd=ROOT
         )

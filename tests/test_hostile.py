@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -256,6 +256,18 @@ def test_stdout_closed() -> None:
     assert run.err.count("\n") == 1 and run.err.startswith("estimate_b300: cannot write the output")
 
 
+def test_a_fault_in_making_the_output_is_not_called_a_write_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The output is made as it is written; a ValueError in making it is the tool's, not stdout's."""
+
+    def faulty(report: eb.Report, style: eb.Style) -> Iterator[str]:
+        yield "{"
+        raise ValueError("a fault in a renderer")
+
+    monkeypatch.setitem(eb.RENDERERS, "json", faulty)
+    with pytest.raises(ValueError, match="a fault in a renderer"):
+        eb.main(["--format", "json"])
+
+
 def test_stdout_full() -> None:
     run = shell("TOOL --format json > /dev/full")
     assert run.code == 1 and run.err.count("\n") == 1 and "No space left on device" in run.err
@@ -361,6 +373,13 @@ def test_any_columns_is_clamped_or_ignored(columns: str) -> None:
     run = run_script(env={"COLUMNS": columns})
     assert run.code == 0 and run.err == ""
     assert max(map(len, run.out.splitlines())) <= 1000
+
+
+@pytest.mark.parametrize("columns", ["1_2_0", "\u0661\u0662\u0660", " 120", "+120"])
+def test_columns_is_read_only_as_ascii_digits(columns: str) -> None:
+    """int() would read each of these as 120; the chart is 80 wide by default, and as wide as COLUMNS."""
+    chart_width = max(map(len, run_script(env={"COLUMNS": columns}).out.splitlines()))
+    assert chart_width == max(map(len, run_script().out.splitlines())) < 120
 
 
 def test_help_wraps_at_the_width_the_output_takes() -> None:

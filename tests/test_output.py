@@ -231,6 +231,18 @@ def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFix
     )  # the list but its swept entry, as the file has it
 
 
+def test_values_as_written_keep_their_digits(capsys: pytest.CaptureFixture[str]) -> None:
+    """6 digits would print 0.2000003 as 0.2, beside a headline that says it is outside 0.2000004 to 0.6."""
+    low = "ranges.native_engine.overhead_cut.low=0.2000004"
+    out = run_main(capsys, "--set", "native_engine.overhead_cut=0.2000003", "--set", low, "--format", "markdown").out
+    assert "  - `overhead_cut` = 0.2000003: set by --set" in out
+    assert "  - `native_engine.overhead_cut` from 0.2000004 to 0.6: set by --set" in out
+    cut = run_main(capsys, "--set", "native_engine.overhead_cut=0.99999999", "--format", "markdown").out
+    assert "  - `overhead_cut` = 0.99999999: set by --set" in cut  # not 1, which the cut's domain refuses
+    title = run_main(capsys, "--set", "hardware.target.mem_bandwidth_tb_s=7.9999999").out
+    assert "= 7.9999999 / 1.8 TB/s =" in flat(title)
+
+
 # --- CSV -----------------------------------------------------------------------------------
 
 
