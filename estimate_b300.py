@@ -180,6 +180,10 @@ class Anchors(NamedTuple):
     ar_tok_s: float
     ddtree: DdtreeAnchor
     measured_on: str | None  # the GPU the anchors were measured on, when the file says
+    elsewhere: Gpu | None = None  # that GPU, where it is not the target: they are split at its bandwidth
+
+
+ANCHORS_BANDWIDTH = "anchors.measured_on_mem_bandwidth_tb_s"  # the bandwidth of Anchors.elsewhere
 
 
 class NativeEngine(NamedTuple):
@@ -344,10 +348,15 @@ def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
 
 
 @functools.lru_cache(maxsize=64)  # one hardware, every M: a fit reads the curve at each measured tree's M
-def bandwidth_ratio(hardware: Hardware) -> Figure:
-    """Target over reference memory bandwidth: 8.0 / 1.8 = 4.444 for B300 vs RTX PRO 6000."""
-    target, reference = bandwidth(hardware.target, "target"), bandwidth(hardware.reference, "reference")
-    return derive("bandwidth ratio", "target bandwidth / reference bandwidth", "ratio", target, reference)
+def bandwidth_ratio(hardware: Hardware, elsewhere: Gpu | None = None) -> Figure:
+    """Target over reference memory bandwidth: 8.0 / 1.8 = 4.444 for B300 vs RTX PRO 6000; or, `elsewhere`, that
+    of the GPU the anchors were measured on, where it is not the target."""
+    reference = bandwidth(hardware.reference, "reference")
+    if elsewhere is None:
+        target = bandwidth(hardware.target, "target")
+        return derive("bandwidth ratio", "target bandwidth / reference bandwidth", "ratio", target, reference)
+    anchors = given("anchors' bandwidth", elsewhere.mem_bandwidth_tb_s, "TB/s", ANCHORS_BANDWIDTH)
+    return derive("anchors' ratio", "anchors' bandwidth / reference bandwidth", "ratio", anchors, reference)
 
 
 def bandwidth(gpu: Gpu, role: Literal["target", "reference"]) -> Figure:
@@ -357,18 +366,21 @@ def bandwidth(gpu: Gpu, role: Literal["target", "reference"]) -> Figure:
 
 class MoeTime(NamedTuple):
     m: int
-    time: Figure  # MoE(M) on the target, from curve(M) on the reference GPU
+    time: Figure  # MoE(M) on the target (or on the anchors' GPU elsewhere), from curve(M) on the reference GPU
     extrapolated: bool  # M lies outside the curve's points
     floor: Figure | None  # the weight read at 100% of the target's bandwidth (needs `model`)
 
 
 def moe_time(cal: Calibration, m: int) -> MoeTime:
     """MoE(M) = curve(M) / bandwidth ratio: the MoE forward is bandwidth-bound."""
-    return _moe_time(cal.hardware, cal.model, cal.moe_curve, m)
+    return _moe_time(cal.hardware, cal.model, cal.moe_curve, m, None)
 
 
 @functools.lru_cache(maxsize=256)  # a sweep computes it again only where the sections it reads changed
-def _moe_time(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, m: int) -> MoeTime:
+def _moe_time(
+    hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, m: int, elsewhere: Gpu | None
+) -> MoeTime:
+    """MoE(M) on the target; or, `elsewhere`, "anchors' MoE(M)" on the GPU the anchors were measured on."""
     at = curve_at(curve, model, m)
     if not at.value > 0:
         ms, fix = curve.points.batches, f"add a measured point nearer M = {m}"  # past the points, a line goes on
@@ -380,8 +392,9 @@ def _moe_time(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, 
             "moe_curve.points", f"reading the curve (M = {ms[0]}..{ms[-1]}, fit {curve.fit}) at M = {m} "
             f"gives {at.value:.4g} ms; expected a positive time: {fix}"
         )  # fmt: skip
-    floor = moe_floor(hardware.target, model, curve.tp, m) if model else None
-    time = derive(f"MoE({m})", f"{at.name} / bandwidth ratio", "ms", at, bandwidth_ratio(hardware))
+    floor = moe_floor(hardware.target, model, curve.tp, m) if model and elsewhere is None else None
+    ratio, name = bandwidth_ratio(hardware, elsewhere), f"MoE({m})" if elsewhere is None else f"anchors' MoE({m})"
+    time = derive(name, f"{at.name} / {ratio.name}", "ms", at, ratio)
     return MoeTime(m, time, not curve.points[0].m <= m <= curve.points[-1].m, floor)
 
 
@@ -409,37 +422,40 @@ def point_figure(p: CurvePoint) -> Figure:
 
 
 class Decomposition(NamedTuple):
-    """The calibration step: the two measured anchors split into MoE, ATTN_BASE and SPEC."""
+    """The calibration step: the two measured anchors split into MoE, ATTN_BASE and SPEC, on the GPU they were
+    measured on (the target, unless `anchors.measured_on` names another: see Anchors.elsewhere)."""
 
-    bandwidth_ratio: Figure
+    bandwidth_ratio: Figure  # the target's, which the scenarios' MoE scales by
     today: Figure  # the DDTree anchor's tok_s: the throughput measured today
     ar_step: Figure
-    moe_ar: MoeTime  # MoE(1)
+    moe_ar: MoeTime  # MoE(1), where the anchors were measured
     attn_base: Figure
     ddtree_step: Figure
-    moe_ddtree: MoeTime  # MoE(budget + 1)
+    moe_ddtree: MoeTime  # MoE(budget + 1), where the anchors were measured
     spec: Figure
     overhead: Figure
     shares: dict[str, Figure]  # each part as a share of the DDTree step, by the part's name
+    anchors_ratio: Figure | None  # where the anchors were measured on another GPU than the target: its ratio
 
 
 def decompose(cal: Calibration) -> Decomposition:
-    """Split the anchors: AR step - MoE(1) leaves ATTN_BASE; DDTree step - MoE(M) - ATTN_BASE leaves SPEC."""
+    """Split the anchors: AR step - MoE(1) leaves ATTN_BASE; DDTree step - MoE(M) - ATTN_BASE leaves SPEC. The MoE
+    is the GPU's the anchors were measured on: another target keeps their ATTN_BASE and SPEC, and its own MoE."""
     return _decompose(cal.hardware, cal.model, cal.moe_curve, cal.anchors)
 
 
 @functools.lru_cache(maxsize=64)  # a sweep splits the anchors again only where the sections it reads changed
 def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, anchors: Anchors) -> Decomposition:
-    dd = anchors.ddtree
+    dd, measured_on = anchors.ddtree, anchors.elsewhere or hardware.target
     ratio = bandwidth_ratio(hardware)
     ar_measured = given("ar_tok_s", anchors.ar_tok_s, "tok/s", "anchors.ar_tok_s")
     accept = given("accept", dd.accept, "tokens", "anchors.ddtree.accept")
     tok_s = given("tok_s", dd.tok_s, "tok/s", "anchors.ddtree.tok_s")
-    moe_ar, moe_dd = _moe_time(hardware, model, curve, 1), _moe_time(hardware, model, curve, dd.budget + 1)
+    moe_ar, moe_dd = (_moe_time(hardware, model, curve, m, anchors.elsewhere) for m in (1, dd.budget + 1))
     moe_1, moe_m = moe_ar.time, moe_dd.time
 
     ar_step = derive("AR step", "1000 / ar_tok_s", "ms", ar_measured)
-    attn_base = rounded_to_0(derive("ATTN_BASE", "AR step - MoE(1)", "ms", ar_step, moe_1), ar_step)
+    attn_base = rounded_to_0(derive("ATTN_BASE", f"AR step - {moe_1.name}", "ms", ar_step, moe_1), ar_step)
     ddtree_step = derive("DDTree step", "1000 * accept / tok_s", "ms", accept, tok_s)
     spec = derive("SPEC", f"DDTree step - {moe_m.name} - ATTN_BASE", "ms", ddtree_step, moe_m, attn_base)
     spec = rounded_to_0(spec, ddtree_step)
@@ -448,7 +464,7 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
     if not attn_base.value > 0:
         raise CalibrationError(
             "anchors.ar_tok_s", f"the measured anchors conflict with the MoE curve: {anchors.ar_tok_s:g} tok/s is a "
-            f"{ar_step.value:.4g} ms step, but MoE(1) alone takes {moe_1.value:.4g} ms on {hardware.target.name}, "
+            f"{ar_step.value:.4g} ms step, but MoE(1) alone takes {moe_1.value:.4g} ms on {measured_on.name}, "
             f"leaving ATTN_BASE = {attn_base.value:.4g} ms; expected ATTN_BASE > 0, i.e. ar_tok_s below "
             f"{rounded_down(1000.0 / moe_1.value)} (or a smaller curve(1), or a faster target)"
         )  # fmt: skip
@@ -466,7 +482,10 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
         for part in (ddtree_step, moe_m, attn_base, spec, overhead)
     }
     today = tok_s._replace(name="today")
-    return Decomposition(ratio, today, ar_step, moe_ar, attn_base, ddtree_step, moe_dd, spec, overhead, shares)
+    elsewhere = bandwidth_ratio(hardware, anchors.elsewhere) if anchors.elsewhere else None
+    return Decomposition(
+        ratio, today, ar_step, moe_ar, attn_base, ddtree_step, moe_dd, spec, overhead, shares, elsewhere
+    )
 
 
 def rounded_to_0(difference: Figure, whole: Figure) -> Figure:
@@ -597,7 +616,7 @@ def scenario(
         drafter=drafter.name, pipeline=pipeline, block=drafter.block, budget=drafter.budget, m=moe.m,
         accept=accept.value, chain_alpha=alpha.value, moe_ms=moe.time.value, attn_base_ms=part.attn_base.value,
         spec_ms=part.spec.value, step_ms=step_.value, tok_s=tok_s.value, moe_extrapolated=moe.extrapolated,
-        measured=drafter.name == "current" and pipeline == "sglang",
+        measured=drafter.name == "current" and pipeline == "sglang" and dec.anchors_ratio is None,
         moe_floor_ms=moe.floor.value if moe.floor else None, tok_s_ceiling=ceiling.value if ceiling else None,
         vs_today=x_today.value, runnable=limit is None, not_runnable_reason=limit, figures={f.name: f for f in figures},
     )  # fmt: skip
@@ -671,7 +690,7 @@ def _drafter_on(
     engine: NativeEngine | None, pipeline: str, accepts: tuple[Figure, ...], limit: str | None,
 ) -> tuple[Scenario, ...]:  # fmt: skip
     dec = _decompose(hardware, model, curve, anchors)
-    part = step(_moe_time(hardware, model, curve, drafter.m), step_parts(dec, drafter, kept(engine)))
+    part = step(_moe_time(hardware, model, curve, drafter.m, None), step_parts(dec, drafter, kept(engine)))
     return tuple(scenario(dec, drafter, pipeline, accept, part, limit) for accept in accepts)
 
 
@@ -689,7 +708,7 @@ class BreakEven(NamedTuple):
 
 def ar_tok_s(cal: Calibration, dec: Decomposition, pipeline: str) -> Figure:
     """Autoregressive decoding on a pipeline; on SGLang it gives back the measured ar_tok_s."""
-    k, moe_1 = kept(engine_on(cal, pipeline)), dec.moe_ar.time
+    k, moe_1 = kept(engine_on(cal, pipeline)), moe_time(cal, 1).time  # on the target
     return derive("AR tok/s", "1000 / (MoE(1) + kept * ATTN_BASE)", "tok/s", moe_1, k, dec.attn_base)
 
 
@@ -1431,7 +1450,13 @@ def _read_anchors(anchors: _Reader) -> Anchors:
     accept = dd.accept(dd.at("accept"), dd.raw("accept", ACCEPT.describe()), block, budget)
     ddtree = DdtreeAnchor(block, budget, accept, dd.number("tok_s"))
     dd.finish()
-    return Anchors(ar_tok_s, ddtree, anchors.string("measured_on", default="") or None)
+    measured_on = anchors.string("measured_on", default="") or None
+    key = ANCHORS_BANDWIDTH.removeprefix("anchors.")
+    if key not in anchors.data:
+        return Anchors(ar_tok_s, ddtree, measured_on)
+    if measured_on is None:
+        raise anchors.error(key, "is the bandwidth of the GPU the anchors were measured on; expected measured_on too")
+    return Anchors(ar_tok_s, ddtree, measured_on, Gpu(measured_on, anchors.number(key)))
 
 
 def _read_sglang(section: _Reader) -> SglangPipeline:
@@ -1637,6 +1662,12 @@ def _checked(cal: Calibration, read: Container[str]) -> Calibration:
         raise CalibrationError(
             "moe_curve.fit", '"experts" counts distinct experts; expected a `model` section beside it'
         )
+    target, anchors = cal.hardware.target, cal.anchors
+    if anchors.elsewhere and anchors.elsewhere.name == target.name:
+        raise CalibrationError(
+            ANCHORS_BANDWIDTH, f"the anchors were measured on the target, {target.name}, and are split at its "
+            "bandwidth; expected this key only where hardware.target is another GPU than anchors.measured_on"
+        )  # fmt: skip
     if cal.sglang and cal.anchors.ddtree.budget > cal.sglang.max_budget:
         raise CalibrationError(
             "sglang.max_budget", f"got {cal.sglang.max_budget}, but the DDTree anchor was measured on SGLang at budget "
@@ -3423,11 +3454,12 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
     """
     tgt, measured_on, found = cal.hardware.target, cal.anchors.measured_on, []
     if measured_on is not None and measured_on != tgt.name:
-        found.append((
-            "target", f"hardware.target.name: the estimate is for {tgt.name}, but the anchors were measured on "
-            f"{measured_on}: it keeps {measured_on}'s measured throughputs, and so its overhead, and takes from "
-            f"{tgt.name} only the MoE time its bandwidth gives",
-        ))  # fmt: skip
+        on = f"the estimate is for {tgt.name}, but the anchors were measured on {measured_on}"
+        found.append(("target", f"hardware.target.name: {on}: it keeps {measured_on}'s overhead (ATTN_BASE and "
+                      f"SPEC) and takes from {tgt.name} only the MoE time its bandwidth gives" if cal.anchors.elsewhere
+                      else f"hardware.target.name: {on}, and splits them at {tgt.name}'s bandwidth, as if measured "
+                      f"there; expected {ANCHORS_BANDWIDTH}, {measured_on}'s bandwidth, to keep {measured_on}'s "
+                      f"overhead and take from {tgt.name} only the MoE time"))  # fmt: skip
     found += curve_warnings(cal.hardware.reference, cal.model, cal.moe_curve)
     found += [
         ("floor", f"{row.label}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the "
@@ -3969,9 +4001,14 @@ def headline_lines(report: Report) -> list[str]:
     cut = cal.native_engine.overhead_cut
     removed = fixed(cut, ".0%")
     removed = f"{_apart(100 * cut, 100)}%" if removed == "100%" and cut < 1 else removed  # 99.6%, not 100%
+    drafter = f"current drafter on SGLang, accept {h.today.accept:g}"
+    today = f"Today: {fixed(h.today.tok_s, '.0f')} tok/s, {_measured(cal)} ({drafter})."
+    if not h.today.measured:  # on another target than the anchors'
+        measured = fixed(report.estimate.decomposition.today.value, ".0f")
+        today = f"Today's setup on {cal.hardware.target.name}: {fixed(h.today.tok_s, '.0f')} tok/s ({drafter}), "
+        today += f"where {measured} tok/s was {_measured(cal)}."
     lines = [
-        f"Today: {fixed(h.today.tok_s, '.0f')} tok/s, {_measured(cal)} (current drafter on SGLang, accept "
-        f"{h.today.accept:g}).",
+        today,
         f"The native engine with today's drafter: {fixed(h.native.tok_s, '.0f')} tok/s, "
         f"{fixed(h.native.vs_today, '.2f')}x today, if it removes {removed} of the time outside the MoE.",
     ]
@@ -4037,6 +4074,12 @@ def calibration_section(report: Report, style: Style) -> Section:
         f"{tgt.name} / {ref.name} = {_value_text(tgt.mem_bandwidth_tb_s)} / {_value_text(ref.mem_bandwidth_tb_s)} "
         f"TB/s = {figure_text(dec.bandwidth_ratio)}"
     )
+    if (elsewhere := cal.anchors.elsewhere) and dec.anchors_ratio:  # their MoE, their overhead
+        title += (
+            f"; the anchors, measured on {elsewhere.name}, are split at its ratio "
+            f"{_value_text(elsewhere.mem_bandwidth_tb_s)} / {_value_text(ref.mem_bandwidth_tb_s)} TB/s = "
+            f"{figure_text(dec.anchors_ratio)}, and the estimate keeps their ATTN_BASE and SPEC"
+        )
     body = table(figures, columns, style)
     if fit := est.experts_fit:
         residuals = ", ".join(f"M={m}: {r:+.3f}" for m, r in fit.residuals_ms)

@@ -211,7 +211,7 @@ def test_a_markdown_note_keeps_the_warnings(capsys: pytest.CaptureFixture[str]) 
     (warning,) = run.err.splitlines()
     lines = run.out.splitlines()
     at = lines.index("### Warnings")
-    assert lines[at + 2] == "- " + warning.removeprefix("estimate_b300: warning: ")
+    assert lines[at + 2] == "- " + eb.markdown_text(warning.removeprefix("estimate_b300: warning: "))
     assert lines.index("### Calibration") > at and "### Warnings" not in run_main(capsys, "--format", "markdown").out
 
 
@@ -334,14 +334,61 @@ def test_without_the_sglang_section_everything_runs(capsys: pytest.CaptureFixtur
 # --- Where the anchors were measured -----------------------------------------------------------
 
 
+H200 = ("--set", "hardware.target.name=H200", "--set", "hardware.target.mem_bandwidth_tb_s=4.8")
+
+
 def test_another_target_keeps_the_anchors_labels(capsys: pytest.CaptureFixture[str]) -> None:
-    run = run_main(capsys, "--set", "hardware.target.name=H200", "--set", "hardware.target.mem_bandwidth_tb_s=4.8")
+    run = run_main(capsys, *H200)
     assert run.code == 0
     assert "Kimi K2.x + DDTree at concurrency 1 on H200" in run.out
     assert "measured on B300" in run.out and "measured on H200" not in run.out
     assert run.err.startswith("estimate_b300: warning: hardware.target.name: the estimate is for H200, but the anchors")
+    assert "as if measured there; expected anchors.measured_on_mem_bandwidth_tb_s, B300's bandwidth" in run.err
     warnings = run_main(capsys, "--set", "hardware.target.name=H200", "--format", "json").json()["warnings"]
     assert any("anchors were measured on B300" in w for w in warnings)
+
+
+def test_another_target_keeps_the_anchors_overhead_and_takes_its_own_moe(capsys: pytest.CaptureFixture[str]) -> None:
+    """Given B300's bandwidth, the anchors are split there: ATTN_BASE and SPEC stay B300's, H200 adds its MoE."""
+    doc, b300 = default_doc(), run_main(capsys, "--format", "json").json()
+    run = run_main(capsys, *H200, "--set", "anchors.measured_on_mem_bandwidth_tb_s=8", "--format", "json")
+    h200 = run.json()
+    assert run.code == 0 and "it keeps B300's overhead (ATTN_BASE and SPEC)" in run.err
+    for key in ("attn_base_ms", "spec_ms", "moe_ar_ms", "moe_ddtree_ms"):  # the split, at B300's bandwidth
+        assert h200["calibration"][key] == pytest.approx(b300["calibration"][key], rel=1e-12)
+    assert h200["calibration"]["bandwidth_ratio"] == pytest.approx(4.8 / 1.8, rel=1e-12)
+    points = {p["m"]: p["ms"] for p in doc["moe_curve"]["points"]}
+    overhead = b300["calibration"]["attn_base_ms"] + b300["calibration"]["spec_ms"]  # 12.53 ms
+    today = next(s for s in h200["scenarios"] if (s["drafter"], s["pipeline"]) == ("current", "sglang"))
+    step = points[9] / (4.8 / 1.8) + overhead  # 3.32 + 12.53 ms
+    assert today["tok_s"] == pytest.approx(1000 * 4.4 / step, rel=1e-12) and round(today["tok_s"]) == 278
+    assert today["measured"] is False  # an estimate for H200, not the measurement on B300
+    table = run_main(capsys, *H200, "--set", "anchors.measured_on_mem_bandwidth_tb_s=8").out
+    assert (
+        "Today's setup on H200: 278 tok/s (current drafter on SGLang, accept 4.4), where 303 tok/s was measured "
+        "on B300." in flat(table)
+    )
+    assert "anchors' MoE(9)" in table and "split at its ratio 8 / 1.8 TB/s = 4.444x" in flat(table)
+
+
+@pytest.mark.parametrize(
+    ("sets", "told"),
+    [
+        (["anchors.measured_on_mem_bandwidth_tb_s=8"], "the anchors were measured on the target, B300, and are split"),
+        (
+            [
+                'anchors={"ar_tok_s": 133, "ddtree": {"block": 8, "budget": 8, "accept": 4.4, "tok_s": 303}, '
+                '"measured_on_mem_bandwidth_tb_s": 8}'
+            ],
+            "anchors.measured_on_mem_bandwidth_tb_s: is the bandwidth of the GPU the anchors were measured on; "
+            "expected measured_on too",
+        ),
+    ],
+)
+def test_the_anchors_bandwidth_is_for_another_gpu_than_the_target(
+    capsys: pytest.CaptureFixture[str], sets: list[str], told: str
+) -> None:
+    assert_clean_error(run_main(capsys, *[x for s in sets for x in ("--set", s)]), told)
 
 
 # --- Sweep values as written ---------------------------------------------------------------------
