@@ -3454,12 +3454,16 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
     """
     tgt, measured_on, found = cal.hardware.target, cal.anchors.measured_on, []
     if measured_on is not None and measured_on != tgt.name:
-        on = f"the estimate is for {tgt.name}, but the anchors were measured on {measured_on}"
-        found.append(("target", f"hardware.target.name: {on}: it keeps {measured_on}'s overhead (ATTN_BASE and "
-                      f"SPEC) and takes from {tgt.name} only the MoE time its bandwidth gives" if cal.anchors.elsewhere
-                      else f"hardware.target.name: {on}, and splits them at {tgt.name}'s bandwidth, as if measured "
-                      f"there; expected {ANCHORS_BANDWIDTH}, {measured_on}'s bandwidth, to keep {measured_on}'s "
-                      f"overhead and take from {tgt.name} only the MoE time"))  # fmt: skip
+        on = f"hardware.target.name: the estimate is for {tgt.name}, but the anchors were measured on {measured_on}"
+        if cal.anchors.elsewhere:
+            kept = f"it keeps {measured_on}'s overhead (ATTN_BASE and SPEC) and takes from {tgt.name} only the MoE time"
+            found.append(("target", f"{on}: {kept} its bandwidth gives"))
+        else:
+            found.append((
+                "target", f"{on}; it splits them at {tgt.name}'s bandwidth, as if they were measured there; expected "
+                f"{ANCHORS_BANDWIDTH}, {measured_on}'s bandwidth, to keep {measured_on}'s overhead and take from "
+                f"{tgt.name} only the MoE time",
+            ))  # fmt: skip
     found += curve_warnings(cal.hardware.reference, cal.model, cal.moe_curve)
     found += [
         ("floor", f"{row.label}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the "

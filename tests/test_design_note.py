@@ -343,7 +343,7 @@ def test_another_target_keeps_the_anchors_labels(capsys: pytest.CaptureFixture[s
     assert "Kimi K2.x + DDTree at concurrency 1 on H200" in run.out
     assert "measured on B300" in run.out and "measured on H200" not in run.out
     assert run.err.startswith("estimate_b300: warning: hardware.target.name: the estimate is for H200, but the anchors")
-    assert "as if measured there; expected anchors.measured_on_mem_bandwidth_tb_s, B300's bandwidth" in run.err
+    assert "as if they were measured there; expected anchors.measured_on_mem_bandwidth_tb_s, B300's" in run.err
     warnings = run_main(capsys, "--set", "hardware.target.name=H200", "--format", "json").json()["warnings"]
     assert any("anchors were measured on B300" in w for w in warnings)
 
