@@ -1098,7 +1098,8 @@ def _describe(value: object) -> str:
         return value.written
     if isinstance(value, float) and math.isfinite(value):
         text = f"{value + 0.0:.15g}"  # 40.0 -> '40', 0.1 -> '0.1', -0.0 -> '0'
-        return text if float(text) == value else repr(value)  # 0.9999999999999999, not 1, below a bound of 1
+        exact = float(text) == value and len(text) <= len(repr(value))  # 1e-320, not 9.99988867182683e-321
+        return text if exact else repr(value)  # 0.9999999999999999, not 1, below a bound of 1
     try:
         text = json_shown(value)
     except (RecursionError, ValueError):  # nested deeper than the stack allows
@@ -2032,10 +2033,18 @@ def file_float(text: str) -> float:
 def file_int(text: str) -> int | float:
     """An integer of the file, or an Unheld where it has more digits than Python turns into a number."""
     try:
-        return int(text)
-    except ValueError:
-        written = f"an integer of more than {sys.get_int_max_str_digits():,} digits"
-        return _unheld(text, written, f"{written}; expected a number of sensible size")
+        return json_int(text)
+    except CalibrationError as exc:
+        return _unheld(text, exc.message.partition(";")[0], exc.message)
+
+
+def json_int(text: str) -> int:
+    """A JSON integer, refused before it is read where it has more digits than Python reads (or than it reads by
+    default, where PYTHONINTMAXSTRDIGITS=0 lifts the limit: reading a million digits takes seconds)."""
+    limit = sys.get_int_max_str_digits() or sys.int_info.default_max_str_digits
+    if len(text) - text.startswith("-") > limit:
+        raise CalibrationError("", f"an integer of more than {limit:,} digits; expected a number of sensible size")
+    return int(text)
 
 
 def _unheld(text: str, written: str, problem: str) -> Unheld:
@@ -2049,16 +2058,11 @@ def parse_value(text: str, within: int = 0) -> object:
     lists that are not part of a value hold it (a --sweep's list of values)."""
     too_deep = CalibrationError("", f"a value nested more than {MAX_NESTING} deep; expected a calibration value")
     try:
-        value = json.loads(text, object_pairs_hook=_each_key_once, parse_float=json_float)
+        value = json.loads(text, object_pairs_hook=_each_key_once, parse_float=json_float, parse_int=json_int)
     except CalibrationError:
         raise
     except json.JSONDecodeError:
         return text
-    except ValueError:  # JSON, with an integer past the digits Python turns into one
-        limit = f"{sys.get_int_max_str_digits():,}"
-        raise CalibrationError(
-            "", f"an integer of more than {limit} digits; expected a number of sensible size"
-        ) from None
     except RecursionError:
         raise too_deep from None
     level, depth = [value], 0  # the lists and objects around the deepest value, counted without recursion
@@ -2320,24 +2324,37 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
         raise CalibrationError(
             "", "expected START:STOP:STEP with three finite decimal numbers in digits 0-9, e.g. 0.2:0.6:0.1"
         )
+    # Exact: a sum or a product that would round (1e-999999999 + 0.1, or 29 digits at decimal's usual 28) raises
+    exact_context = decimal.Context(prec=200, Emin=decimal.MIN_EMIN, Emax=decimal.MAX_EMAX, traps=[
+        decimal.Inexact, decimal.InvalidOperation, decimal.DivisionByZero, decimal.Overflow])  # fmt: skip
     try:
         start, stop, step_size = [decimal.Decimal(part) for part in parts]
         whole = all(part.strip().lstrip("+-").isdigit() for part in parts)  # 16:64:16 gives 16, not 16.0
         if not whole and not all(math.isfinite(float(number)) for number in (start, stop, step_size)):
             raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size")  # 1e400: Infinity
-        if not whole and step_size and not float(step_size):  # 1e-400: a step of 0, as a float
-            raise CalibrationError("", f"a step of {shortened(parts[2].strip())} is too small for a float and would "
-                                       "read as 0; expected numbers of sensible size")  # fmt: skip
-        steps = (stop - start) / step_size if step_size else decimal.Decimal(-1)
-        if steps < 0:
-            typed = [shortened(part) for part in parts]
-            raise CalibrationError("", f"a step of {typed[2]} never goes from {typed[0]} to {typed[1]}")
-        values = steps.to_integral_value(decimal.ROUND_FLOOR) + 1  # a Decimal: 1e400 steps stay cheap
-        if values > MAX_SWEEP_POINTS:
-            count = f"{int(values):,}" if values < 10**12 else f"about {values:.2e}"
-            raise CalibrationError("", f"{count} values; expected at most {MAX_SWEEP_POINTS:,}")
-        exact = [start + i * step_size for i in range(int(steps) + 1)]
-    except decimal.DecimalException:  # past the exponents decimal holds: 1e1000000
+        for number, part, what in zip((start, stop, step_size), parts, ("a value", "a stop", "a step"), strict=True):
+            if not whole and number and not float(number):  # 1e-400: 0, as a float
+                raise CalibrationError("", f"{what} of {shortened(part.strip())} is too small for a float and would "
+                                           "read as 0; expected numbers of sensible size")  # fmt: skip
+        with decimal.localcontext(exact_context) as context:
+            context.traps[decimal.Inexact] = False  # the steps, rounded: a count past the limit needs no more
+            steps = ((stop - start) / step_size).to_integral_value(decimal.ROUND_FLOOR) if step_size else -1
+            if steps < 0:
+                typed = [shortened(part) for part in parts]
+                raise CalibrationError("", f"a step of {typed[2]} never goes from {typed[0]} to {typed[1]}")
+            if (values := steps + 1) <= MAX_SWEEP_POINTS + 1:  # the last that does not pass STOP, exactly: not 0.3
+                context.traps[decimal.Inexact] = True  # for 0:0.29...9 (29 9s):0.1, at decimal's usual 28 digits
+                span = stop - start
+                while steps > 0 and (span - steps * step_size) * step_size < 0:
+                    steps -= 1
+                while (span - (steps + 1) * step_size) * step_size >= 0:
+                    steps += 1
+                values = steps + 1
+            if values > MAX_SWEEP_POINTS:  # a Decimal: 1e400 steps stay cheap
+                count = f"{int(values):,}" if values < 10**12 else f"about {values:.2e}"
+                raise CalibrationError("", f"{count} values; expected at most {MAX_SWEEP_POINTS:,}")
+            exact = [start + i * step_size for i in range(int(steps) + 1)]
+    except decimal.DecimalException:  # past the exponents or the digits decimal holds exactly: 1e-999999999:0.5:0.1
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
     swept = tuple(int(v) if whole else float(v) + 0.0 for v in exact)  # + 0.0: -0 is 0
     if lost := next((v for v, f in zip(exact, swept, strict=True) if v and not f), None):  # 1e-400 as 0
@@ -3670,11 +3687,8 @@ def figure_text(figure: Figure, operand: bool = False, least: int = 3) -> str:
     that its places round keeps `least` significant digits: 0.00124 and 3.63, not 0.001 and 3.6."""
     result, inside, unit = FIGURE_FORMATS[figure.unit]
     unit = unit if not operand or figure.unit in ("TB/s", "GB", "MB") else ""
-    if figure.path:  # to 6 digits, or whole where 6 would round it onto a whole number (a domain's end, mostly)
-        text = f"{figure.value:g}"  # 0.99999999999 for a cut below 1, not 1
-        text = text if float(text) == figure.value or not float(text).is_integer() else repr(figure.value)
-    else:
-        text = fixed(figure.value, inside if operand else result)
+    # a calibration value as written: 0.2000003 as typed, a fitted 0.99999999999 for a cut below 1, not 1
+    text = _value_text(figure.value) if figure.path else fixed(figure.value, inside if operand else result)
     digits = text.partition("e")[0].lstrip("+-0.").replace(".", "")  # the significant ones: 1.2e-05 has 2
     if operand and len(digits) < least and float(text) != figure.value:
         text = f"{figure.value:.{least}g}"
@@ -3754,8 +3768,8 @@ def _value_text(value: object) -> str:
     """
     if not isinstance(value, float):
         return value if isinstance(value, str) else _json_text(value)
-    if float(typed := f"{value:.15g}") == value:
-        return typed
+    if float(f"{value:.15g}") == value:
+        return _describe(value)
     text = f"{value:g}"
     return repr(value) if float(text).is_integer() and float(text) != value else text
 
@@ -4946,8 +4960,13 @@ not be written, memory ran out, or an internal error; 130 interrupted (Ctrl-C)."
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error raised as one line rather than printed with the usage block."""
 
-    def error(self, message: str) -> NoReturn:  # a long value it quotes ('qqq...'), shortened as every message's
-        raise usage_error(re.sub(r"'([^']{81,})'", lambda quoted: f"'{shortened(quoted[1])}'", message))
+    def error(self, message: str) -> NoReturn:  # each long word or value it quotes shortened, as every message's
+        raise usage_error(re.sub(r"""'[^']{81,}'|"[^"]{81,}"|[^\s'"]{81,}""", lambda long: shortened(long[0]), message))
+
+    def unrecognized(self, extra: list[str]) -> NoReturn:
+        """The arguments no option took, the first three of them: a glob may expand to hundreds."""
+        more = f" and {len(extra) - 3:,} more" if len(extra) > 3 else ""
+        self.error(f"unrecognized arguments: {' '.join(map(shortened, extra[:3]))}{more}")
 
 
 class _Once(argparse.Action):
@@ -4982,7 +5001,7 @@ def usage_error(message: str) -> CalibrationError:
     return CalibrationError("", f"{message}; see --help", file="usage")
 
 
-def build_parser(columns: int) -> argparse.ArgumentParser:
+def build_parser(columns: int) -> _Parser:
     wrapped = functools.partial(argparse.RawDescriptionHelpFormatter, width=columns - 2)  # as argparse's own
     parser = _Parser(
         formatter_class=wrapped, epilog=EPILOG, add_help=False,
@@ -5005,7 +5024,7 @@ def build_parser(columns: int) -> argparse.ArgumentParser:
     flag("--explain", help="print the derivation, one figure a line, in place of the tables (the table format only; "
                            "no --tablefmt or --sweep)")  # fmt: skip
     flag("--no-chart", help="leave out the step-time breakdown chart")
-    flag("--ascii", help="plain ASCII output (automatic when stdout cannot write the chart's blocks)")
+    flag("--ascii", help="plain ASCII output (automatic when the chart is drawn and stdout cannot write its blocks)")
     flag, once, many = kinds(parser.add_argument_group("what-if analysis"))
     many("--set", metavar="KEY.PATH=VALUE", help="override one value (JSON, else a string); repeatable")
     many("--sweep", metavar="KEY.PATH=VALUES", help="estimate at each of V1,V2,... or START:STOP:STEP; two make a grid")
@@ -5085,8 +5104,10 @@ def _check_usage(args: argparse.Namespace) -> None:
             raise usage_error(f"--tablefmt: unknown format {shortened(repr(tablefmt))}; choose from {formats}")
         sample = tabulate.tabulate([["x"]], headers=["x"], tablefmt=tablefmt)
         encoding = "ascii" if args.ascii else _encoding(sys.stdout)
-        if _encodes("x", encoding) and not _encodes(sample, encoding):  # one that encodes nothing fails on output
-            raise usage_error(
+        if _encodes(sample, encoding) and _ascii_only(args, encoding):  # it could, but the chart needs ASCII
+            encoding = f"ascii: {encoding} cannot write the chart's blocks"
+        if _encodes("x", encoding.partition(":")[0]) and not _encodes(sample, encoding.partition(":")[0]):
+            raise usage_error(  # an encoding that encodes nothing fails on output
                 f"--tablefmt {tablefmt} draws with characters that the output encoding ({encoding}) cannot "
                 "show; choose an ASCII format, e.g. simple or grid"
             )
@@ -5217,6 +5238,19 @@ def _writes_lines(encoding: str) -> bool:
         return False
 
 
+def _ascii_only(args: argparse.Namespace, encoding: str) -> bool:
+    """--ascii, or a table with the chart whose blocks the output's encoding cannot write as themselves: cp1252 has
+    none, raw_unicode_escape writes them as escapes. Other output writes what its encoding can (ü in cp1252)."""
+    if args.ascii:
+        return True
+    if args.format != "table" or args.explain or args.no_chart:
+        return False
+    try:
+        return "".join(CHART_FILLS[False]).encode(encoding).isascii()
+    except (UnicodeError, LookupError):
+        return True
+
+
 def _encodes(text: str, encoding: str, errors: str = "strict") -> bool:
     try:
         text.encode(encoding, errors)
@@ -5333,7 +5367,9 @@ def _run(argv: list[str]) -> int:
     try:
         if len(argv) > MAX_ARGUMENTS:  # before argparse, whose work grows faster than the count
             raise usage_error(f"{len(argv):,} arguments; expected at most {MAX_ARGUMENTS:,}")
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            parser.unrecognized(extra)
         if args.help or args.version:
             return emit([parser.format_help() if args.help else f"estimate_b300 {__version__}\n"])
         shows_tables = args.format in ("table", "markdown") and not args.explain
@@ -5350,7 +5386,7 @@ def _run(argv: list[str]) -> int:
         say(f"estimate_b300: {exc}")
         return 2
     encoding = _encoding(sys.stdout)
-    ascii_only = args.ascii or not _encodes("".join(CHART_FILLS[False]), encoding)
+    ascii_only = _ascii_only(args, encoding)
     style = Style(width=max(columns, 80), chart_width=0 if args.no_chart else columns, ascii_only=ascii_only,
                   everything=args.all, charset=_charset(encoding, ascii_only))  # fmt: skip
     style = style if args.tablefmt is None else style._replace(tablefmt=args.tablefmt)  # else Style's default

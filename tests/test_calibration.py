@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,11 @@ def test_an_integer_past_pythons_digit_limit_is_named_at_its_key_with_the_limit_
     path.write_text(DEFAULT_CALIBRATION.read_text().replace('"ar_tok_s": 133', '"ar_tok_s": ' + "1" * 2000, 1))
     run = run_script("--calibration", str(path), env={"PYTHONINTMAXSTRDIGITS": "1000"})
     assert_clean_error(run, "anchors.ar_tok_s: an integer of more than 1,000 digits; expected a number of sensible")
+    path.write_text(DEFAULT_CALIBRATION.read_text().replace('"ar_tok_s": 133', '"ar_tok_s": ' + "1" * 400_000, 1))
+    started = time.perf_counter()  # with the limit off, Python reads 400,000 digits in seconds: refused unread
+    run = run_script("--calibration", str(path), env={"PYTHONINTMAXSTRDIGITS": "0"})
+    assert_clean_error(run, "anchors.ar_tok_s: an integer of more than 4,300 digits; expected a number of sensible")
+    assert time.perf_counter() - started < 1.5
 
 
 def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

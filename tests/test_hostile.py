@@ -344,13 +344,18 @@ def test_an_output_encoding_that_would_write_no_lines(encoding: str, line_break:
         ["--tablefmt", "q" * 5000],
         ["--format", "q" * 5000],
         ["--calibration", "q" * 5000],
+        ["--bogus=" + "x" * 5000],  # argparse's own messages
+        ["--se=" + "x" * 5000],  # ambiguous
+        ["--all=it's" + "x" * 5000],  # repr quotes it in double quotes
+        ["--calibration", "calibration.json", *(f"calibration_variant_{i}.json" for i in range(300))],  # a glob
+        ["x" * 1000] * 999,
     ],
 )
 def test_a_long_value_is_echoed_shortened(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     """A 100 KB value once made a 100 KB line on stderr, and an @ACCEPT one of 200 KB."""
     run = run_main(capsys, *args)
     assert_clean_error(run)
-    assert len(run.err) < 600 and "..." in run.err  # --tablefmt's lists every format: 450 characters
+    assert len(run.err) < 600 and ("..." in run.err or " more; see --help" in run.err)  # --tablefmt's: 450
 
 
 @pytest.mark.parametrize("args", [[], ["--format", "json"], ["--explain"]])
@@ -366,6 +371,20 @@ def test_an_output_encoding_that_cannot_draw_the_table_format() -> None:
     assert_clean_error(run, "--tablefmt fancy_grid draws with characters", "(ascii)")
     plain = run_script(env={"PYTHONIOENCODING": "ascii"})
     assert plain.code == 0 and plain.out.isascii() and "?" not in plain.out
+
+
+def test_only_the_chart_turns_ascii_on_and_a_format_is_checked_against_it() -> None:
+    """shift_jis has box drawing but not the chart's shades; cp1252 has ü but not the shades."""
+    sjis = {"PYTHONIOENCODING": "shift_jis"}
+    boxes = run_script("--tablefmt", "simple_grid", "--no-chart", env=sjis, encoding="shift_jis")
+    assert boxes.code == 0 and "\u250c" in boxes.out and "\\u250c" not in boxes.out  # as themselves
+    told = "(ascii: shift_jis cannot write the chart's blocks) cannot show"
+    assert_clean_error(run_script("--tablefmt", "simple_grid", env=sjis, encoding="shift_jis"), told)
+    csv = run_script("--set", "hardware.target.name=Gr\u00fcne", "--format", "csv", env={"PYTHONIOENCODING": "cp1252"},
+                     encoding="cp1252")  # fmt: skip
+    assert csv.code == 0 and "Gr\u00fcne" in csv.out
+    escaped = run_script(env={"PYTHONIOENCODING": "raw_unicode_escape"}, encoding="ascii")
+    assert escaped.code == 0 and escaped.out.isascii() and "\\u2588" not in escaped.out and "####" in escaped.out
 
 
 @pytest.mark.parametrize("columns", ["99999999999999999999999", "1000000000", "-5", "wide", ""])

@@ -194,6 +194,32 @@ def test_minus_zero_reads_as_zero(capsys: pytest.CaptureFixture[str]) -> None:
         assert out.count("\n") > 10 and not re.search(r"(?<![\w.])-0(?![\d.]*[1-9])", out.split("\n", 2)[2])
 
 
+@pytest.mark.parametrize(
+    ("spec", "values"),
+    [  # decimal's usual 28 digits would round the first STOP up to 0.3 and the second down to 0
+        ("0:0.29999999999999999999999999999:0.1", (0.0, 0.1, 0.2)),
+        ("0.5:0.00000000000000000000000000001:-0.1", (0.5, 0.4, 0.3, 0.2, 0.1)),
+        ("0.2:0.2:0.1", (0.2,)),
+    ],
+)
+def test_a_range_never_passes_its_stop(spec: str, values: tuple[float, ...]) -> None:
+    assert eb.parse_sweep(f"native_engine.overhead_cut={spec}").values == pytest.approx(values, rel=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("spec", "told"),
+    [
+        ("1e-999999999:0.5:0.1", "a value of 1e-999999999 is too small for a float and would read as 0"),
+        ("1e-1000027:0.5:0.1", "a value of 1e-1000027 is too small for a float"),  # 0 in decimal too: it was taken
+        ("0.5:1e-400:-0.1", "a stop of 1e-400 is too small for a float"),
+        ("1e-300:0.5:0.1", "expected START:STOP:STEP with numbers of sensible size"),  # 301 digits a step
+    ],
+)
+def test_a_range_whose_steps_decimal_cannot_hold_exactly_is_refused(spec: str, told: str) -> None:
+    with pytest.raises(eb.CalibrationError, match=told):
+        eb.parse_sweep(f"native_engine.overhead_cut={spec}")
+
+
 def test_a_range_of_exactly_the_most_points_is_allowed() -> None:
     """0:0.8999955:9e-06 is 99,999.5 steps: 100,000 values, the limit, and not one more."""
     assert len(eb.parse_sweep("native_engine.overhead_cut=0:0.8999955:9e-06").values) == eb.MAX_SWEEP_POINTS
