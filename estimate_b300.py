@@ -3729,25 +3729,35 @@ def explain_line(figure: Figure) -> str:
     The numbers put in keep as few significant digits as make the formula, worked on them, give the result as
     printed: 9.251697 - 1.99125 - 7.260047 = 0.0004 ms where near-equal numbers cancel, not 9.252 - 1.991 - 7.260.
     """
-    inputs, result = {i.name: i for i in figure.inputs}, figure_text(figure)
+    texts = worked_inputs(figure)
+    numbers = replace_names(figure.formula, {i.name for i in figure.inputs}, lambda name: texts[name])
+    return f"  {figure.name} = {figure.formula} = {numbers} = {figure_text(figure)}"
+
+
+def worked_inputs(figure: Figure, shown: Callable[[Figure], str] = figure_text) -> dict[str, str]:
+    """Each input of a figure as its line puts it in, by name: to as few significant digits (3, 5, ... 17) as
+    make the formula, worked on them, give the result as `shown` prints it."""
     try:
         compute = _COMPILED.get(figure.formula) or _compile(figure.formula, figure.inputs)
     except SyntaxError:  # a formula told in words (chain alpha's), which nothing here can work
         compute = None
+    result = shown(figure)
     for least in (3, 5, 7, 9, 12, 17):
-        texts = {name: figure_text(i, operand=True, least=least) for name, i in inputs.items()}
-        if compute is None or _worked(figure, compute, texts) == result:
+        texts = {i.name: figure_text(i, operand=True, least=least) for i in figure.inputs}
+        if compute is None or _worked(figure, compute, texts, shown) == result:
             break
-    numbers = replace_names(figure.formula, inputs, lambda name: texts[name])
-    return f"  {figure.name} = {figure.formula} = {numbers} = {result}"
+    return texts
 
 
-def _worked(figure: Figure, compute: Callable[[tuple[Figure, ...]], float], texts: dict[str, str]) -> str:
+def _worked(
+    figure: Figure, compute: Callable[[tuple[Figure, ...]], float], texts: dict[str, str],
+    shown: Callable[[Figure], str],
+) -> str:  # fmt: skip
     """What a figure's formula gives on its numbers as put in ('1.486 GB': 1.486), as printed; "" where they
     divide by 0."""
     as_put = tuple(i._replace(value=float(texts[i.name].split(" ")[0])) for i in figure.inputs)
     try:
-        return figure_text(figure._replace(value=float(compute(as_put))))
+        return shown(figure._replace(value=float(compute(as_put))))
     except ArithmeticError:
         return ""
 
@@ -3971,7 +3981,7 @@ def _header_line(report: Report, tie: str = " ") -> str:
     the line says how to run it again.
     `tie` follows each label (sha256, overrides:, ...): GLUE keeps the label on the line of what it names."""
     prov = report.provenance
-    overrides = ", ".join(prov.overrides) or "none"
+    overrides = ", ".join(map(_listed, prov.overrides)) or "none"
     file = f"{prov.calibration_file}, sha256{tie}{prov.calibration_sha256}"
     line = f"estimate_b300 {prov.tool_version}; {file}; overrides:{tie}{overrides}"
     line += f"; measured:{tie}{', '.join(prov.measurements_added)}" if prov.measurements_added else ""
@@ -3982,6 +3992,16 @@ def _header_line(report: Report, tie: str = " ") -> str:
     elif report.fit:
         line += f"; fitted:{tie}{', '.join(v.path for v in report.fit.values)}"
     return line
+
+
+def _listed(option: str) -> str:
+    """An option's value as a list of them shows it: as typed, or quoted as a shell would take it where it holds
+    what would split the list or the line (hardware.target.name=H200, 141 GB)."""
+    if ", " not in option and ";" not in option and option.strip() == option:
+        return option
+    import shlex
+
+    return shlex.quote(option)
 
 
 def _title(report: Report) -> str:
@@ -4032,15 +4052,13 @@ def headline_lines(report: Report) -> list[str]:
     ]
     rows = [r for pipeline_rows in h.stronger.values() for r in pipeline_rows]  # native always runs it
     on = "; ".join(
-        f"{_spread([r.tok_s for r in group], '.0f')} tok/s on {'the ' if p == 'native' else ''}{PIPELINE_LABELS[p]}"
+        f"{_spread([r.tok_s for r in group], '.0f')} tok/s on {'the ' if p == 'native' else ''}{PIPELINE_LABELS[p]}, "
+        f"{_spread([r.vs_today for r in group], '.2f')}x today"
         for p, group in h.stronger.items()
     )
     cannot = [PIPELINE_LABELS[p] for p in PIPELINES if p not in h.stronger]
     but = f" ({' and '.join(cannot)} cannot run its budget of {rows[0].budget})" if cannot else ""
-    lines.append(
-        f"The stronger drafter at accept {_spread([r.accept for r in rows], 'g')}: {on}, "
-        f"{_spread([r.vs_today for r in rows], '.2f')}x today{but}."
-    )
+    lines.append(f"The stronger drafter at accept {_spread([r.accept for r in rows], 'g')}: {on}{but}.")
     if b := h.band:
         off = [f"{r.path} = {value} is outside {low} to {high}" for r in b.rows if r.outside
                for value, low, high in [range_texts(report, r)]]  # fmt: skip
@@ -4438,7 +4456,7 @@ def notes(report: Report, style: Style) -> list[str]:
             f"drafter's cost and accept lengths are assumptions; {band}."
         )
     if not style.everything and report.sweep is None:
-        adds = ["break-even", "chain alpha", "the physical cross-check", *(["the MoE floor"] if cal.model else [])]
+        adds = ["break-even", "chain alpha", *(["the physical cross-check", "the MoE floor"] if cal.model else [])]
         adds += ["the measurements table"] if report.track_record and not report.fit else []
         found.append(f"--all adds {', '.join(adds[:-1])} and {adds[-1]}.")
     return found
@@ -4908,22 +4926,29 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         shown.update(dict.fromkeys(new, name))
     if report.track_record:
         out += ["", "Track record: error = predicted / measured - 1"]
-        out += [
-            f"  {p.measurement.label}: {fixed(p.predicted_tok_s, '.1f')} / {_value_text(p.measurement.tok_s)} - 1 = "
-            f"{fixed(p.relative_error, '+.1%')}"
-            for p in report.track_record
-        ]
+        for p in report.track_record:  # each operand to the digits that give the error as printed
+            predicted = given("predicted", p.predicted_tok_s, "tok/s")
+            measured = given("measured", p.measurement.tok_s, "tok/s", f"{p.measurement.origin}.tok_s")  # as written
+            error = derive("error", "predicted / measured - 1", "%", predicted, measured)
+            texts = worked_inputs(error, lambda f: fixed(f.value, "+.1%"))
+            error_text = fixed(p.relative_error, "+.1%")
+            out.append(f"  {p.measurement.label}: {texts['predicted']} / {texts['measured']} - 1 = {error_text}")
         out.append(f"  RMS over {len(report.track_record)}: {fixed(report.track_record_rms or 0.0, '.1%', True)}")
     if sens := report.sensitivity:
         tok_s = functools.partial(fixed, spec=".0f")
         out += ["", f"Sensitivity of {sens.scenario}: {tok_s(sens.tok_s)} tok/s as in force; each line re-estimates it"]
-        out += [
-            f"  {r.path}: {value} in force, range {low} to {high} ({r.source}); at {low}: "
-            f"{tok_s(r.tok_s_at_low)} tok/s, at {high}: {tok_s(r.tok_s_at_high)} tok/s; swing "
-            f"|{fixed(r.tok_s_at_high, '.1f')} - {fixed(r.tok_s_at_low, '.1f')}| = {tok_s(r.swing)}"
-            for r in sens.rows
-            for value, low, high in [range_texts(report, r)]
-        ]
+        for r in sens.rows:
+            value, low, high = range_texts(report, r)
+            ends = given("at high", r.tok_s_at_high, "tok/s"), given("at low", r.tok_s_at_low, "tok/s")
+            larger, smaller = sorted(ends, key=lambda end: end.value, reverse=True)
+            swing = derive("swing", f"{larger.name} - {smaller.name}", "tok/s", larger, smaller)
+            texts = worked_inputs(swing, lambda f: tok_s(f.value)) if r.swing else {}  # 0 within rounding: as shown
+            at_high, at_low = (texts.get(end.name) or fixed(end.value, ".1f") for end in ends)
+            out.append(
+                f"  {r.path}: {value} in force, range {low} to {high} ({r.source}); at {low}: "
+                f"{tok_s(r.tok_s_at_low)} tok/s, at {high}: {tok_s(r.tok_s_at_high)} tok/s; swing "
+                f"|{at_high.removesuffix(' tok/s')} - {at_low.removesuffix(' tok/s')}| = {tok_s(r.swing)}"
+            )
         out.append(
             f"  band over all {sens.combinations} combinations of range ends: "
             f"{tok_s(sens.tok_s_min)} to {tok_s(sens.tok_s_max)} tok/s"
@@ -5085,7 +5110,7 @@ def _check_usage(args: argparse.Namespace) -> None:
          f"{'--explain' if args.explain else f'--format {args.format}'}"),
         (args.sweep and args.all,
          "--all and --sweep cannot be combined: --all adds the sections of one estimate (break-even, chain alpha, the "
-         "physical cross-check), which a sweep does not show"),
+         "physical cross-check, the MoE floor), which a sweep does not show"),
         (args.sweep and args.sensitivity,
          "--sensitivity and --sweep cannot be combined: --sensitivity studies one calibration, a sweep has many"),
         (args.sweep and args.measured,

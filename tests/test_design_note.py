@@ -71,6 +71,11 @@ def test_the_headline(capsys: pytest.CaptureFixture[str]) -> None:
         "(SGLang cannot run its budget of 32)." in out
     )
     assert "Uncertainty: over the ranges in the calibration, stronger/native@14 (950 tok/s) spans 640 to 1243" in out
+    both = flat(run_main(capsys, "--set", "sglang.max_budget=32").out)  # each pipeline beside its own speed-up
+    assert (
+        "The stronger drafter at accept 12-16: 575-766 tok/s on SGLang, 1.90-2.53x today; 815-1086 tok/s on the "
+        "native engine, 2.69-3.58x today." in both
+    )
 
 
 @pytest.mark.parametrize(("cut", "removed"), [("0.3", "30%"), ("0.004", "0.4%"), ("0.996", "99.6%"), ("0", "0%")])
@@ -327,7 +332,7 @@ def test_without_the_sglang_section_everything_runs(capsys: pytest.CaptureFixtur
     run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--format", "json")
     assert all(s["runnable"] for s in run.json()["scenarios"])
     text = flat(run_main(capsys, "--calibration", str(write_calibration(doc))).out)
-    assert "The stronger drafter at accept 12-16: 575-766 tok/s on SGLang; 815-1086 tok/s on the native engine" in text
+    assert "The stronger drafter at accept 12-16: 575-766 tok/s on SGLang, 1.90-2.53x today; 815-1086 tok/s on" in text
     assert "cannot run" not in text
 
 

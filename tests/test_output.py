@@ -231,6 +231,13 @@ def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFix
     )  # the list but its swept entry, as the file has it
 
 
+def test_an_override_that_holds_the_lines_separators_is_quoted_as_a_shell_takes_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = run_main(capsys, "--set", "hardware.target.name=H200, 141 GB", "--set", "native_engine.overhead_cut=0.3").out
+    assert "overrides: 'hardware.target.name=H200, 141 GB', native_engine.overhead_cut=0.3" in flat(out)
+
+
 def test_values_as_written_keep_their_digits(capsys: pytest.CaptureFixture[str]) -> None:
     """6 digits would print 0.2000003 as 0.2, beside a headline that says it is outside 0.2000004 to 0.6."""
     low = "ranges.native_engine.overhead_cut.low=0.2000004"
@@ -354,6 +361,28 @@ def test_explain_arithmetic_gives_its_result(capsys: pytest.CaptureFixture[str],
         assert worked == pytest.approx(printed, rel=1e-9, abs=last_digit / 2), line
         checked += 1
     assert checked >= 40  # the lines are found
+
+
+def _half_a_unit(text: str, percent: bool = False) -> float:
+    """Half a unit of a printed number's last digit."""
+    mantissa, _, exponent = text.lstrip("+").partition("e")
+    return 10.0 ** (int(exponent or 0) - len(mantissa.partition(".")[2])) / (200 if percent else 2)
+
+
+def test_explain_swings_and_errors_give_their_results(capsys: pytest.CaptureFixture[str]) -> None:
+    """A swing below 1 tok/s and an error of a throughput far from its prediction once missed by a digit:
+    |950.2 - 950.5| = 0.27 by hand is 0.3, and 216.7 / 10.02 - 1 is +2062.7%, printed +2062.6%."""
+    narrow = ["--set", "ranges.anchors.ar_tok_s.relative=0.001", "--sensitivity", "--measured", "ar/native=10.02"]
+    out = run_main(capsys, "--explain", *narrow, "--measured", "current/native=1102.27").out
+    swings = re.findall(r"swing \|([0-9.]+) - ([0-9.]+)\| = ([0-9.]+)$", out, re.M)
+    errors = re.findall(r": ([0-9.]+) / ([0-9.]+) - 1 = ([-+][0-9.]+)%$", out, re.M)
+    assert len(swings) == 6 and len(errors) == 2
+    for high, low, swing in swings:
+        assert abs(float(high) - float(low)) == pytest.approx(float(swing), abs=_half_a_unit(swing))
+    for predicted, measured, error in errors:
+        assert float(predicted) / float(measured) - 1 == pytest.approx(
+            float(error) / 100, abs=_half_a_unit(error, True)
+        )
 
 
 @pytest.mark.parametrize("args", [["--format", "json"], ["--format", "csv"], ["--sweep", "anchors.ar_tok_s=130,133"]])

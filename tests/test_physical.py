@@ -146,7 +146,7 @@ def test_without_model_section(capsys: pytest.CaptureFixture[str], write_calibra
     assert "Physical cross-check: left out, the calibration has no `model` section." in out
     assert "MoE floor" not in out
     footer = run_main(capsys, "--calibration", path).out.splitlines()[-1]
-    assert footer == "--all adds break-even, chain alpha and the physical cross-check."  # no MoE floor to add
+    assert footer == "--all adds break-even and chain alpha."  # no cross-check and no MoE floor to add
     without = run_main(capsys, "--calibration", path, "--format", "json").json()
     assert without["roofline"] is None
     assert all(s["moe_floor_ms"] is None and s["tok_s_ceiling"] is None for s in without["scenarios"])
