@@ -211,7 +211,8 @@ class Measurement(NamedTuple):
     pipeline: str
     block: int | None  # None: the drafter's own
     budget: int | None
-    accept: float | None  # the measured mean accept length; None for an autoregressive run
+    accept: float | None  # the measured mean accept length; None for an autoregressive run, or an --observed
+    # current/PIPELINE, which follows the current drafter's accept (the anchor's) wherever it moves
     tok_s: float
     source: str
     origin: str  # where it was given: "measurements[2]", or the --measured option
@@ -2790,7 +2791,8 @@ def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = N
                 parts[on] = step_parts(dec, drafter_named(cal, m.drafter), kept(engine_on(cal, m.pipeline)))
             if (key := (*on, batch)) not in steps:
                 steps[key] = step(moe_time(cal, batch), parts[on]).step
-            predicted = throughput(given("accept", m.accept or 1.0, "tokens", m.accept_origin), steps[key])
+            accept = cal.anchors.ddtree.accept if m.accept is None else m.accept  # the drafter's: an --observed one
+            predicted = throughput(given("accept", accept, "tokens", m.accept_origin), steps[key])
         ratio = predicted.value / m.tok_s
         found.append(Prediction(m, block, budget, batch, predicted.value, ratio - 1, math.log(ratio), predicted))
     return tuple(found)
@@ -3401,7 +3403,9 @@ def observation(cal: Calibration, given: Throughput, option: str) -> Measurement
         return Measurement(f"AR/{spec.pipeline}", None, spec.pipeline, None, None, None, tok_s, text, text)
     with naming(option, given.text):  # the whole option as typed, its throughput too
         row = scenario_for(cal, spec, option)
-    return Measurement(row.label, spec.drafter, spec.pipeline, None, None, row.accept, tok_s, text, text)
+    follows = spec.drafter == "current" and spec.accept is None and option == "--observed"  # the drafter's accept
+    accept = None if follows else row.accept
+    return Measurement(row.label, spec.drafter, spec.pipeline, None, None, accept, tok_s, text, text)
 
 
 def solve(doc: object, cal: Calibration, path_text: str, observed: Throughput) -> Fit:
@@ -3409,9 +3413,11 @@ def solve(doc: object, cal: Calibration, path_text: str, observed: Throughput) -
 
     Default data: current/native = 463 tok/s needs overhead_cut = 0.4005.
     """
-    m, spec = observation(cal, observed, "--observed"), observed.spec
-    if spec.drafter == "stronger" and scenario_accept(key := format_path(parse_path(path_text)), cal.domains):
+    m, spec, key = observation(cal, observed, "--observed"), observed.spec, format_path(parse_path(path_text))
+    if spec.drafter == "stronger" and scenario_accept(key, cal.domains):
         raise CalibrationError(key, accept_to_meet(cal, spec, m), file="--solve")
+    if key == "anchors.ddtree.accept" and m.accept is None:  # the current drafter's accept, solved: no @ACCEPT
+        m = m._replace(label=f"current/{m.pipeline}")
     result = fit(doc, cal, [path_text], [m], "--solve")
     cannot = sglang_cannot(cal, m)  # an observation SGLang could not have made, as a logged one would be told
     return result._replace(warnings=(*result.warnings, cannot)) if cannot else result
