@@ -4246,8 +4246,9 @@ def physical_sections(report: Report, style: Style) -> list[Section]:
         Column("peak ms", lambda p: p.peak_ms, ".2f"),
         Column("efficiency", lambda p: p.efficiency, ".1%"),
     ]
+    footnote = _footnotes(est.scenarios)  # a scenario that cannot run, marked as in the drafter tables
     floors = [
-        Column("scenario", lambda r: r.label),
+        Column("scenario", lambda r: r.label + footnote(r)),
         Column("M", lambda r: r.m, "d"),
         Column("floor ms", lambda r: r.moe_floor_ms, ".2f"),
         Column("step ms", lambda r: r.step_ms, ".2f"),
@@ -4492,7 +4493,8 @@ def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: boo
     bar_width = max(columns - label_width - len(ends[0]) - 2, 10)
     ms_per_column = max(row.step_ms for _, row, _ in bars) / bar_width
     legend = " ".join(f"[{fill}] {part}" for fill, part in zip(fills, ("MoE", "ATTN_BASE", "SPEC"), strict=True))
-    lines = [f"Step time, {fixed(ms_per_column, '.3f')} ms a column: {legend}"]
+    scale = fixed(ms_per_column, ".3f") if ms_per_column >= 1 else f"{ms_per_column:.3g}"  # 0.00125, not 0.001
+    lines = [f"Step time, {scale} ms a column: {legend}"]
     for (label, row, _), end in zip(bars, ends, strict=True):
         bar, done, total = "", 0, 0.0
         for fill, part_ms in zip(fills, (row.moe_ms, row.attn_base_ms, row.spec_ms), strict=True):

@@ -37,6 +37,8 @@ def test_all_shows_every_section_and_still_fits() -> None:
     for present in ("Break-even", "Physical cross-check", "The MoE floor", "chain alpha", "Calibration"):
         assert present in out
     assert "--all adds" not in out
+    floor = out[out.index("The MoE floor") :]  # a scenario SGLang cannot run is marked there too
+    assert all(f"stronger/sglang@{accept} [1]" in floor for accept in (12, 14, 16))
 
 
 def test_a_long_cell_wraps_its_own_column_at_word_boundaries(capsys: pytest.CaptureFixture[str]) -> None:
