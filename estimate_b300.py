@@ -3804,15 +3804,22 @@ def _json_text(value: object) -> str:
 
 
 MARKDOWN_ESCAPES = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~#&"})  # each with a backslash before it
+URL_ESCAPES = str.maketrans({c: "\\" + c for c in "\\|"})  # a link's own: what would end its cell
+URL = r"(https?://[^\s<>`]+)"  # as GFM links it: an escape inside would cut the link short
 
 
 def markdown_text(text: object) -> str:
-    r"""Text from the calibration or the command line, escaped for a Markdown cell or paragraph.
+    r"""Text from the calibration or the command line, escaped for a Markdown cell or paragraph; a link in it
+    stays whole.
 
-    >>> markdown_text("a|b *c* <b>[d]</b> `e` \\ f_g")
-    'a\\|b \\*c\\* \\<b\\>\\[d\\]\\</b\\> \\`e\\` \\\\ f\\_g'
+    >>> markdown_text("a|b *c* <b>[d]</b> `e` \\ f_g, https://x.org/a_b|c~d")
+    'a\\|b \\*c\\* \\<b\\>\\[d\\]\\</b\\> \\`e\\` \\\\ f\\_g, https://x.org/a_b\\|c~d'
     """
-    return printable(str(text)).translate(MARKDOWN_ESCAPES)
+    shown = printable(str(text))
+    if "://" not in shown:  # a sweep's table may have 100,000 rows
+        return shown.translate(MARKDOWN_ESCAPES)
+    parts = re.split(URL, shown)  # text, a link, text, ...
+    return "".join(part.translate(URL_ESCAPES if i % 2 else MARKDOWN_ESCAPES) for i, part in enumerate(parts))
 
 
 def code_span(text: str) -> str:

@@ -142,6 +142,18 @@ def test_text_from_the_calibration_lands_unchanged(capsys: pytest.CaptureFixture
     assert not any(re.search(r"<(em|strong|link|html_inline|s)_open>|<html_inline>", text) for text in texts)
 
 
+def test_a_link_in_a_source_stays_whole(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
+    """GFM links a bare URL up to the first escape: bench\\_results would cut it at bench. A `|` still ends no cell."""
+    link = "https://example.org/~ops/bench_results/b300_run_12.md?a=1&b=x|y"
+    doc = default_doc()
+    doc["ranges"]["native_engine.overhead_cut"]["source"] = f"assumed_here: see {link}"
+    out = document(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity")
+    assert "assumed\\_here: see https://example.org/~ops/bench_results/b300_run_12.md?a=1&b=x\\|y" in out
+    found = tables(parse(out))
+    assert [(len(t), len(t[0])) for t in found][-1] == (7, 7)  # the sensitivity table: no cell split at the `|`
+    assert f"assumed_here: see {link}" in [cell for row in found[-1] for cell in row]
+
+
 def test_the_mermaid_block(capsys: pytest.CaptureFixture[str]) -> None:
     (fence,) = [t for t in parse(document(capsys)) if t.type == "fence" and t.info == "mermaid"]
     lines = fence.content.splitlines()
