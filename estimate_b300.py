@@ -4553,10 +4553,11 @@ def render_tables(report: Report, style: Style) -> Iterable[str]:
     parts = [f"{style.wrap(_header_line(report, GLUE), '  ')}\n{style.wrap(_title(report), '  ')}"]
     if report.sweep is None:
         parts.append("\n".join(style.wrap(line, "  ") for line in headline_lines(report)))
-    parts += [f"{style.wrap(s.title)}\n{s.body}".rstrip("\n") for s in sections(report, style)]
+    above = "\n\n" if style.tablefmt == "rst" else "\n"  # reST reads a table right under its title as a paragraph
+    parts += [f"{style.wrap(s.title)}{above}{s.body}".rstrip("\n") for s in sections(report, style)]
     if style.chart_width and report.sweep is None:
         parts.append(breakdown_chart(report.estimate.scenarios, style.chart_width, style.ascii_only))
-    parts += [f"{style.wrap(s.title)}\n{s.body}".rstrip("\n") for s in more_sections(report, style)]
+    parts += [f"{style.wrap(s.title)}{above}{s.body}".rstrip("\n") for s in more_sections(report, style)]
     parts.append("\n".join(style.wrap(note, "  ") for note in notes(report, style)))
     return ["\n\n".join(parts) + "\n"]
 

@@ -249,6 +249,14 @@ def test_an_override_that_holds_the_lines_separators_is_quoted_as_a_shell_takes_
     assert "overrides: 'hardware.target.name=H200, 141 GB', native_engine.overhead_cut=0.3" in flat(out)
 
 
+def test_a_restructuredtext_table_stands_apart_from_its_title(capsys: pytest.CaptureFixture[str]) -> None:
+    """reST reads a table right under a line of text as part of that paragraph: there is a blank line between."""
+    lines = run_main(capsys, "--tablefmt", "rst", "--all", "--no-chart").out.splitlines()
+    opening = [i for i, line in enumerate(lines) if line.startswith("==") and not lines[i - 1].startswith("==")]
+    tops = opening[::3]  # each table has three rules: above the header, under it, and at its foot
+    assert len(tops) == 7 and all(lines[i - 1] == "" for i in tops)
+
+
 def test_values_as_written_keep_their_digits(capsys: pytest.CaptureFixture[str]) -> None:
     """6 digits would print 0.2000003 as 0.2, beside a headline that says it is outside 0.2000004 to 0.6."""
     low = "ranges.native_engine.overhead_cut.low=0.2000004"
