@@ -2679,7 +2679,8 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
     The band takes every combination of ends; with every_corner=False only the two where each assumption
     sits at the end that moves the estimate the same way, the way read inside the ranges (an assumption that
     moves nothing there takes both its ends). That is the whole band wherever each assumption moves the
-    estimate one way throughout the ranges (as for the shipped calibration: a test checks).
+    estimate one way throughout the ranges (as for the shipped calibration: a test checks); each end of the
+    two is flipped to see, and where a flip passes them, every combination is taken.
     """
     place = median_place(drafter_named(cal, spec.drafter))  # a range on that accept moves the scenario
     base = scenario_for(cal, spec, "--scenario", place)
@@ -2752,6 +2753,13 @@ def sensitivity(doc: object, cal: Calibration, spec: ScenarioSpec, every_corner:
         return band
 
     band = over_cpus_in_chunks(band_of, corners, BAND_CHUNK)
+    if not every_corner:  # each end of the two corners flipped: one that passes them finds a way that turns inside
+        extremes = [corners[band.index(extreme(band))] for extreme in (min, max)]
+        flips = [(*c[:i], end, *c[i + 1 :]) for c in extremes for i, pair in enumerate(ends) for end in pair
+                 if end != c[i]]  # fmt: skip
+        slack = ROUNDING * max(band)
+        if any(not min(band) - slack <= tok_s <= max(band) + slack for tok_s in band_of(flips)):
+            band = over_cpus_in_chunks(band_of, list(itertools.product(*ends)), BAND_CHUNK)  # then every one
     rows.sort(key=lambda row: -row.swing)
     return Sensitivity(base.label, spec, base.tok_s, tuple(rows), min(band), max(band), len(band))
 
@@ -3397,8 +3405,8 @@ def crossings(gap: Callable[[float], float | None], seen: list[tuple[float, floa
 def observation(cal: Calibration, given: Throughput, option: str) -> Measurement:
     """A throughput named on the command line (--observed, --measured), as a measurement."""
     spec, tok_s = given.spec, given.tok_s
-    accept = "" if spec.accept is None else f"@{_describe(spec.accept)}"
-    text = f"{option} {spec.drafter}/{spec.pipeline}{accept}={_describe(tok_s)}"
+    named = "" if spec.accept is None else f"@{_describe(spec.accept)}"
+    text = f"{option} {spec.drafter}/{spec.pipeline}{named}={_describe(tok_s)}"
     if spec.drafter == "ar":
         return Measurement(f"AR/{spec.pipeline}", None, spec.pipeline, None, None, None, tok_s, text, text)
     with naming(option, given.text):  # the whole option as typed, its throughput too

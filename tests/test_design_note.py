@@ -100,6 +100,25 @@ def test_the_headline_band_is_the_whole_band(capsys: pytest.CaptureFixture[str])
     assert quick.combinations == 2
 
 
+@pytest.mark.parametrize(
+    "ranges",
+    [
+        ["ranges.stronger_drafter.spec_scale.low=0.5"],  # below attn_base_scale, ar_tok_s's way turns
+        ["ranges.stronger_drafter.spec_scale.low=0.5", "ranges.anchors.ar_tok_s.relative=0.3"],
+    ],
+)
+def test_where_a_way_turns_inside_the_ranges_the_headline_takes_every_corner(
+    capsys: pytest.CaptureFixture[str], ranges: list[str]
+) -> None:
+    """Two corners gave 640 to 1486 and 613 to 1397 here, where every combination gives 640 to 1500 and 613 to
+    1551: a flip of one end of a corner passes it, and the headline then takes them all."""
+    sets = [x for r in ranges for x in ("--set", r)]
+    full = run_main(capsys, *sets, "--sensitivity", "--format", "json").json()["sensitivity"]["band"]
+    headline = flat(run_main(capsys, *sets).out)
+    low, high = (f"{full[key]:.0f}" for key in ("tok_s_min", "tok_s_max"))
+    assert f"spans {low} to {high} tok/s" in headline
+
+
 def test_a_value_outside_its_range_is_named_beside_the_band(capsys: pytest.CaptureFixture[str]) -> None:
     """The band spans the calibration's ranges: a --set outside one does not move it, and the headline says so."""
     run = run_main(capsys, "--set", "hardware.target.name=H200", "--set", "hardware.target.mem_bandwidth_tb_s=4.8")
