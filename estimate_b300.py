@@ -3607,7 +3607,7 @@ def build_report(options: Options) -> Report:
     """Load, override, fit, estimate and analyse: everything a run does except printing."""
     path = options.calibration or default_calibration_path()
     file = options.calibration or display_name(path)
-    label = shortened(file) + "".join(f" with --set {shortened(o.text)}" for o in options.overrides)
+    given = [(f"--set {shortened(o.text)}", format_path(o.path)) for o in options.overrides]  # (option, key path)
     found_by = "--solve" if options.solve else "--fit"  # the option that finds values from measurements
     try:
         original, digest = read_document(path)
@@ -3616,7 +3616,7 @@ def build_report(options: Options) -> Report:
             doc = set_path(doc, override.path, override.value)
         doc, cal = log_measured(doc, parse_calibration(doc), options.measured)
         added = cal.measurements[len(cal.measurements) - len(options.measured) :]  # --measured logs them last
-        label += "".join(f" with {m.source}" for m in added)  # errors at a sweep's point say they are there
+        given += [(m.source, "measurements") for m in added]  # errors at a sweep's point say they are there
         fitted = None
         if options.solve and options.observed:
             fitted = solve(doc, cal, options.solve, options.observed)
@@ -3624,15 +3624,17 @@ def build_report(options: Options) -> Report:
             fitted = fit(doc, cal, options.fit, cal.measurements)
         if fitted:
             doc, cal = recalibrate(doc, cal, [(parse_path(v.path), v.value) for v in fitted.values])
-            label += "".join(f" with {found_by} {v.path}={v.text}" for v in fitted.values)  # errors say so
+            given += [(f"{found_by} {v.path}={v.text}", v.path) for v in fitted.values]  # errors say so
             cal = reread(cal, doc, [("ranges",)]) if cal.ranges else cal  # relative ranges follow the values found
         est = estimate(cal)
         record = () if options.sweeps else predictions(cal)  # a sweep's would be of a calibration no point uses
         sens = sensitivity(doc, cal, options.sensitivity) if options.sensitivity else None
-        sweep = plan_sweep(doc, cal, options.sweeps, label, options.sweep_table) if options.sweeps else None
+        sweep = (
+            plan_sweep(doc, cal, options.sweeps, _where(file, given), options.sweep_table) if options.sweeps else None
+        )
         top = headline_of(doc, cal, est, options.headline_band, sens)
     except CalibrationError as exc:
-        exc.file = exc.file or label
+        exc.file = exc.file or _where(file, given, exc.path)
         raise
     # a sweep prints its points, not the calibration under them: their warnings, not its
     warnings = list(sweep.warnings) if sweep else [message for _, message in physical_warnings(cal, est.scenarios)]
@@ -3653,6 +3655,25 @@ def build_report(options: Options) -> Report:
         None if options.solve else fitted, fitted if options.solve else None, sens, sweep,
         tuple(dict.fromkeys(warnings)), doc, changed, original,
     )  # fmt: skip
+
+
+def _where(file: str, given: Sequence[tuple[str, str]], at: str = "") -> str:
+    """The file and the options that changed it, (option, key path) each, as an error names where it went wrong:
+    every option, or past five the first five in the section at fault (else the first five), and how many more:
+    500 --set options made a line of 9,000 characters."""
+
+    def near(path: str) -> bool:
+        try:
+            mine, fault = parse_path(path), parse_path(at)
+        except CalibrationError:  # no key path at fault ("", a file's own error)
+            return False
+        return mine[:1] == fault[:1]  # in the section at fault: a block of 2 fails its accept lengths
+
+    shown = list(given)
+    if len(given) > 5:
+        shown = [(text, path) for text, path in given if near(path)][:5] or shown[:5]
+    more = f" and {plural(len(given) - len(shown), 'more option')}" if len(shown) < len(given) else ""
+    return shortened(file) + "".join(f" with {text}" for text, _ in shown) + more
 
 
 def headline_of(doc: object, cal: Calibration, est: Estimate, band: bool, studied: Sensitivity | None) -> Headline:

@@ -325,6 +325,20 @@ def test_an_output_encoding_that_would_write_no_lines(encoding: str, line_break:
     assert bogus.err.endswith("; see --help\n")
 
 
+def test_an_error_names_the_options_in_its_section_and_counts_the_rest(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every --set was named, the cause among them: 499 made a line of 9,000 characters."""
+    many = [x for i in range(499) for x in ("--set", f"native_engine.k{i}=1")]
+    run = run_main(capsys, *many)
+    assert_clean_error(run, "native_engine.k4=1 and 494 more options: native_engine.k0: unknown key")  # 5 named
+    assert len(run.err) < 400
+    notes = [x for i in range(6) for x in ("--set", f"moe_curve.points[{i % 3}].{'note' if i < 3 else 'ms_note'}=x")]
+    run = run_main(capsys, *notes, "--set", "stronger_drafter.block=2")
+    told = "calibration.json with --set stronger_drafter.block=2 and 6 more options: stronger_drafter.accept[0]: 12"
+    assert_clean_error(run, told)
+    few = run_main(capsys, "--set", "native_engine.overhead_cut=0.3", "--set", "stronger_drafter.block=2")
+    assert_clean_error(few, "with --set native_engine.overhead_cut=0.3 with --set stronger_drafter.block=2: ")
+
+
 @pytest.mark.parametrize(
     "args",
     [
