@@ -278,7 +278,7 @@ def large_calibrations(directory: Path) -> dict[str, list[str]]:
         ],
         "the same: --solve of an accept length, --sensitivity and --all": [
             f"--calibration={files['studied']}",
-            *["--solve=anchors.ddtree.accept", "--observed=current/native=470", "--sensitivity", "--all"],
+            *["--solve=anchors.ddtree.accept", "--observed=current/native@4.4=470", "--sensitivity", "--all"],
         ],
     }
 
