@@ -3511,19 +3511,26 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
 def curve_warnings(reference: Gpu, model: ModelGeometry | None, curve: MoeCurve) -> tuple[tuple[str, str], ...]:
     """The curve's own warnings, each kind counted: where its time falls as M grows, and its points that would
     read faster than the reference GPU's peak bandwidth."""
-    found = [
-        ("curve", f"moe_curve.points: the MoE time falls from {_value_text(a.ms)} ms at M = {a.m} to "
-         f"{_value_text(b.ms)} ms at M = {b.m}; a larger batch reads at least as many experts: check the times")
-        for a, b in itertools.pairwise(curve.points) if b.ms < a.ms
-    ]  # fmt: skip
-    found += [
-        ("peak", f"moe_curve.points: M = {p.m} ({p.basis}, {_value_text(p.ms)} ms) reads "
-         f"{p.bytes_per_gpu / 1e9:.3g} GB per GPU, which takes at least {p.peak_ms:.3g} ms at {reference.name}'s "
-         f"{_value_text(reference.mem_bandwidth_tb_s)} TB/s: {fixed(p.efficiency, '.1%')} of peak bandwidth is "
-         "impossible; check the time, the `model` geometry or hardware.reference.mem_bandwidth_tb_s")
-        for p in (roofline(reference, model, curve) if model else ()) if p.efficiency > 1
-    ]  # fmt: skip
-    return tuple(counted(found))  # held in the cache, so not to be changed
+
+    def falls(pair: tuple[CurvePoint, CurvePoint]) -> str:
+        a, b = pair
+        return (
+            f"moe_curve.points: the MoE time falls from {_value_text(a.ms)} ms at M = {a.m} to "
+            f"{_value_text(b.ms)} ms at M = {b.m}; a larger batch reads at least as many experts: check the times"
+        )
+
+    def reads_too_fast(p: RooflinePoint) -> str:
+        return (
+            f"moe_curve.points: M = {p.m} ({p.basis}, {_value_text(p.ms)} ms) reads {p.bytes_per_gpu / 1e9:.3g} "
+            f"GB per GPU, which takes at least {p.peak_ms:.3g} ms at {reference.name}'s "
+            f"{_value_text(reference.mem_bandwidth_tb_s)} TB/s: {fixed(p.efficiency, '.1%')} of peak bandwidth "
+            "is impossible; check the time, the `model` geometry or hardware.reference.mem_bandwidth_tb_s"
+        )
+
+    # each kind's message made for its first case alone: a sweep checks a curve of 1,000 points at every point
+    falling = [(a, b) for a, b in itertools.pairwise(curve.points) if b.ms < a.ms]
+    too_fast = [p for p in (roofline(reference, model, curve) if model else ()) if p.efficiency > 1]
+    return (*first_case("curve", falling, falls), *first_case("peak", too_fast, reads_too_fast))  # a cached tuple
 
 
 def counted(found: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -3531,13 +3538,19 @@ def counted(found: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     cases: dict[str, list[str]] = {}
     for kind, message in dict.fromkeys(found):
         cases.setdefault(kind, []).append(message)
-    told = []
-    for kind, (first, *more) in cases.items():
-        if more:
-            noun, tail = MORE_CASES[kind]
-            first += f" (and {plural(len(more), f'more {noun}')} {tail})"
-        told.append((kind, first))
-    return told
+    return [told for kind, messages in cases.items() for told in first_case(kind, messages, str)]
+
+
+def first_case(kind: str, cases: Sequence[Item], message: Callable[[Item], str]) -> list[tuple[str, str]]:
+    """The (kind, message) of the first of some cases of one kind, which says how many more there are; none of
+    none."""
+    if not cases:
+        return []
+    first = message(cases[0])
+    if more := len(cases) - 1:
+        noun, tail = MORE_CASES[kind]
+        first += f" (and {plural(more, f'more {noun}')} {tail})"
+    return [(kind, first)]
 
 
 def sglang_cannot(cal: Calibration, m: Measurement) -> str | None:
