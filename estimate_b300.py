@@ -1173,9 +1173,11 @@ def _kind(value: object) -> str:
 
 
 def _unknown(key: str, candidates: Iterable[str], fallback: str, prefix: str = "") -> str:
-    """The one hint for a key that is not there: 'did you mean PREFIX + the nearest?', else the fallback."""
+    """The one hint for a key that is not there: 'did you mean PREFIX + the nearest?', else the fallback. A key
+    that is the nearest but for white space, which reads alike in the message, is told so."""
     near = _closest(key, candidates)
-    return f"did you mean {prefix}{near}?" if near else fallback
+    space = ", without the white space" if near and near == "".join(key.split()) else ""
+    return f"did you mean {prefix}{near}{space}?" if near else fallback
 
 
 NOT_ASSUMED = ("ranges.", "measurements")  # numbers that are not the model's assumptions: see `assumptions`

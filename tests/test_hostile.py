@@ -325,6 +325,13 @@ def test_an_output_encoding_that_would_write_no_lines(encoding: str, line_break:
     assert bogus.err.endswith("; see --help\n")
 
 
+@pytest.mark.parametrize("typed", ["native_engine.overhead_cut =0.3", " native_engine.overhead_cut=0.3"])
+def test_a_key_that_differs_only_in_white_space_is_told_so(capsys: pytest.CaptureFixture[str], typed: str) -> None:
+    """The key and the suggestion read alike in the message: 'overhead_cut : unknown key (did you mean
+    overhead_cut?)'."""
+    assert_clean_error(run_main(capsys, "--set", typed), ", without the white space?)")
+
+
 def test_an_error_names_the_options_in_its_section_and_counts_the_rest(capsys: pytest.CaptureFixture[str]) -> None:
     """Every --set was named, the cause among them: 499 made a line of 9,000 characters."""
     many = [x for i in range(499) for x in ("--set", f"native_engine.k{i}=1")]
