@@ -1741,6 +1741,58 @@ def read_document(path: str) -> tuple[object, str]:
     return doc, hashlib.sha256(raw).hexdigest()[:12]
 
 
+def json_float(text: str) -> float:
+    """A JSON number with a fraction or an exponent, as a float: one past what a float holds is an error that
+    names it as written, not the Infinity or the 0 it would read as (1e-400 would pass for a cut of 0)."""
+    value = float(text)
+    if math.isinf(value) or (value == 0 and text.lower().partition("e")[0].strip("-0.")):
+        size, read = ("too small", "0") if value == 0 else ("too large", f"{'-' if value < 0 else ''}Infinity")
+        raise CalibrationError(
+            "", f"{shortened(text)} is {size} for a float and would read as {read}; expected a number of sensible size"
+        )
+    return value + 0.0  # -0.0 + 0.0 is 0.0: a -0 shows as 0
+
+
+class Unheld(float):
+    """A number of the calibration file that no float holds, or an integer of more digits than Python reads:
+    the error, kept for the loader to raise where it reads the number, so that the error names its key path."""
+
+    written: str  # as the file has it: 1e-400; or what it is: an integer of more than 4,300 digits
+    problem: str  # the error
+
+
+def file_float(text: str) -> float:
+    """json_float for the file: a number no float holds becomes an Unheld (its value the 0 or Infinity it reads
+    as)."""
+    try:
+        return json_float(text)
+    except CalibrationError as exc:
+        return _unheld(text, text, exc.message)
+
+
+def file_int(text: str) -> int | float:
+    """An integer of the file, or an Unheld where it has more digits than Python turns into a number."""
+    try:
+        return json_int(text)
+    except CalibrationError as exc:
+        return _unheld(text, exc.message.partition(";")[0], exc.message)
+
+
+def json_int(text: str) -> int:
+    """A JSON integer, refused before it is read where it has more digits than Python reads (or than it reads by
+    default, where PYTHONINTMAXSTRDIGITS=0 lifts the limit: reading a million digits takes seconds)."""
+    limit = sys.get_int_max_str_digits() or sys.int_info.default_max_str_digits
+    if len(text) - text.startswith("-") > limit:
+        raise CalibrationError("", f"an integer of more than {limit:,} digits; expected a number of sensible size")
+    return int(text)
+
+
+def _unheld(text: str, written: str, problem: str) -> Unheld:
+    unheld = Unheld(text)
+    unheld.written, unheld.problem = written, problem
+    return unheld
+
+
 def _read_bounded(fd: int) -> bytes:
     """Up to MAX_FILE_BYTES + 1 bytes, to the end of the file or MAX_READ_SECONDS, whichever comes first.
 
@@ -2002,58 +2054,6 @@ def shortened(text: str) -> str:
 def plural(count: int, noun: str, nouns: str = "") -> str:
     """A count and its noun: '1 point', '1,000 points', '2 entries' (nouns given)."""
     return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
-
-
-def json_float(text: str) -> float:
-    """A JSON number with a fraction or an exponent, as a float: one past what a float holds is an error that
-    names it as written, not the Infinity or the 0 it would read as (1e-400 would pass for a cut of 0)."""
-    value = float(text)
-    if math.isinf(value) or (value == 0 and text.lower().partition("e")[0].strip("-0.")):
-        size, read = ("too small", "0") if value == 0 else ("too large", f"{'-' if value < 0 else ''}Infinity")
-        raise CalibrationError(
-            "", f"{shortened(text)} is {size} for a float and would read as {read}; expected a number of sensible size"
-        )
-    return value + 0.0  # -0.0 + 0.0 is 0.0: a -0 shows as 0
-
-
-class Unheld(float):
-    """A number of the calibration file that no float holds, or an integer of more digits than Python reads:
-    the error, kept for the loader to raise where it reads the number, so that the error names its key path."""
-
-    written: str  # as the file has it: 1e-400; or what it is: an integer of more than 4,300 digits
-    problem: str  # the error
-
-
-def file_float(text: str) -> float:
-    """json_float for the file: a number no float holds becomes an Unheld (its value the 0 or Infinity it reads
-    as)."""
-    try:
-        return json_float(text)
-    except CalibrationError as exc:
-        return _unheld(text, text, exc.message)
-
-
-def file_int(text: str) -> int | float:
-    """An integer of the file, or an Unheld where it has more digits than Python turns into a number."""
-    try:
-        return json_int(text)
-    except CalibrationError as exc:
-        return _unheld(text, exc.message.partition(";")[0], exc.message)
-
-
-def json_int(text: str) -> int:
-    """A JSON integer, refused before it is read where it has more digits than Python reads (or than it reads by
-    default, where PYTHONINTMAXSTRDIGITS=0 lifts the limit: reading a million digits takes seconds)."""
-    limit = sys.get_int_max_str_digits() or sys.int_info.default_max_str_digits
-    if len(text) - text.startswith("-") > limit:
-        raise CalibrationError("", f"an integer of more than {limit:,} digits; expected a number of sensible size")
-    return int(text)
-
-
-def _unheld(text: str, written: str, problem: str) -> Unheld:
-    unheld = Unheld(text)
-    unheld.written, unheld.problem = written, problem
-    return unheld
 
 
 def parse_value(text: str, within: int = 0) -> object:
