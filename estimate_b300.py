@@ -998,6 +998,8 @@ def derivation(*figures: Figure, found: dict[int, Figure] | None = None) -> list
 
 # === Loading and validating the calibration ===
 
+# --- Text as errors and output show it: escapes, a value quoted, the digits that tell a value from a bound ---
+
 
 def printable(text: str) -> str:
     r"""Text with the characters that can steer a terminal or break a line escaped: controls, line and
@@ -1180,6 +1182,16 @@ def _unknown(key: str, candidates: Iterable[str], fallback: str, prefix: str = "
     return f"did you mean {prefix}{near}{space}?" if near else fallback
 
 
+def _closest(word: str, candidates: Iterable[str]) -> str | None:
+    import difflib  # only on the error path
+
+    near = difflib.get_close_matches(word, list(itertools.islice(candidates, MAX_HINTED)), n=1, cutoff=0.5)
+    return near[0] if near else None
+
+
+# --- The assumptions: the numbers --fit, --solve and `ranges` may vary ---
+
+
 NOT_ASSUMED = ("ranges.", "measurements")  # numbers that are not the model's assumptions: see `assumptions`
 
 
@@ -1225,11 +1237,7 @@ def not_an_assumption(key: str, domains: dict[str, Domain], varied_by: str) -> s
     return f"not a number of the calibration ({hint})"
 
 
-def _closest(word: str, candidates: Iterable[str]) -> str | None:
-    import difflib  # only on the error path
-
-    near = difflib.get_close_matches(word, list(itertools.islice(candidates, MAX_HINTED)), n=1, cutoff=0.5)
-    return near[0] if near else None
+# --- Reading: each section checked value by value, every error naming its key path ---
 
 
 def _number(value: object, path: str, domain: Domain = POSITIVE) -> float:
