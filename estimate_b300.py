@@ -180,7 +180,7 @@ class Anchors(NamedTuple):
     ar_tok_s: float
     ddtree: DdtreeAnchor
     measured_on: str | None  # the GPU the anchors were measured on, when the file says
-    elsewhere: Gpu | None = None  # that GPU, where it is not the target: they are split at its bandwidth
+    elsewhere: Gpu | None = None  # that GPU with its bandwidth, where the file gives it: see split_on
 
 
 ANCHORS_BANDWIDTH = "anchors.measured_on_mem_bandwidth_tb_s"  # the bandwidth of Anchors.elsewhere
@@ -446,12 +446,13 @@ def decompose(cal: Calibration) -> Decomposition:
 
 @functools.lru_cache(maxsize=64)  # a sweep splits the anchors again only where the sections it reads changed
 def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve, anchors: Anchors) -> Decomposition:
-    dd, measured_on = anchors.ddtree, anchors.elsewhere or hardware.target
+    dd, elsewhere = anchors.ddtree, split_on(hardware, anchors)
+    measured_on = elsewhere or hardware.target
     ratio = bandwidth_ratio(hardware)
     ar_measured = given("ar_tok_s", anchors.ar_tok_s, "tok/s", "anchors.ar_tok_s")
     accept = given("accept", dd.accept, "tokens", "anchors.ddtree.accept")
     tok_s = given("tok_s", dd.tok_s, "tok/s", "anchors.ddtree.tok_s")
-    moe_ar, moe_dd = (_moe_time(hardware, model, curve, m, anchors.elsewhere) for m in (1, dd.budget + 1))
+    moe_ar, moe_dd = (_moe_time(hardware, model, curve, m, elsewhere) for m in (1, dd.budget + 1))
     moe_1, moe_m = moe_ar.time, moe_dd.time
 
     ar_step = derive("AR step", "1000 / ar_tok_s", "ms", ar_measured)
@@ -464,9 +465,10 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
     if not attn_base.value > 0:
         raise CalibrationError(
             "anchors.ar_tok_s", f"the measured anchors conflict with the MoE curve: {anchors.ar_tok_s:g} tok/s is a "
-            f"{ar_step.value:.4g} ms step, but MoE(1) alone takes {moe_1.value:.4g} ms on {measured_on.name}, "
+            f"{ar_step.value:.4g} ms step, but {moe_1.name} alone takes {moe_1.value:.4g} ms on {measured_on.name}, "
             f"leaving ATTN_BASE = {attn_base.value:.4g} ms; expected ATTN_BASE > 0, i.e. ar_tok_s below "
-            f"{rounded_down(1000.0 / moe_1.value)} (or a smaller curve(1), or a faster target)"
+            f"{rounded_down(1000.0 / moe_1.value)} (or a smaller curve(1), or "
+            f"{'a faster target' if elsewhere is None else 'a larger ' + ANCHORS_BANDWIDTH})"
         )  # fmt: skip
     if spec.value < 0:
         verify = moe_m.value + attn_base.value
@@ -482,10 +484,18 @@ def _decompose(hardware: Hardware, model: ModelGeometry | None, curve: MoeCurve,
         for part in (ddtree_step, moe_m, attn_base, spec, overhead)
     }
     today = tok_s._replace(name="today")
-    elsewhere = bandwidth_ratio(hardware, anchors.elsewhere) if anchors.elsewhere else None
+    anchors_ratio = bandwidth_ratio(hardware, elsewhere) if elsewhere else None
     return Decomposition(
-        ratio, today, ar_step, moe_ar, attn_base, ddtree_step, moe_dd, spec, overhead, shares, elsewhere
+        ratio, today, ar_step, moe_ar, attn_base, ddtree_step, moe_dd, spec, overhead, shares, anchors_ratio
     )
+
+
+def split_on(hardware: Hardware, anchors: Anchors) -> Gpu | None:
+    """The GPU whose bandwidth the anchors are split at, where it is not the target's: the one they were measured
+    on, where the file gives its bandwidth and the target is another GPU. On the target itself they are split at
+    its bandwidth, which a range or a sweep of it moves."""
+    gpu = anchors.elsewhere
+    return gpu if gpu and gpu.name != hardware.target.name else None
 
 
 def rounded_to_0(difference: Figure, whole: Figure) -> Figure:
@@ -1464,6 +1474,7 @@ def _read_anchors(anchors: _Reader) -> Anchors:
     measured_on = anchors.string("measured_on", default="") or None
     key = ANCHORS_BANDWIDTH.removeprefix("anchors.")
     if key not in anchors.data:
+        anchors.known[key] = None  # for the hint that names an unknown key
         return Anchors(ar_tok_s, ddtree, measured_on)
     if measured_on is None:
         raise anchors.error(key, "is the bandwidth of the GPU the anchors were measured on; expected measured_on too")
@@ -1673,12 +1684,6 @@ def _checked(cal: Calibration, read: Container[str]) -> Calibration:
         raise CalibrationError(
             "moe_curve.fit", '"experts" counts distinct experts; expected a `model` section beside it'
         )
-    target, anchors = cal.hardware.target, cal.anchors
-    if anchors.elsewhere and anchors.elsewhere.name == target.name:
-        raise CalibrationError(
-            ANCHORS_BANDWIDTH, f"the anchors were measured on the target, {target.name}, and are split at its "
-            "bandwidth; expected this key only where hardware.target is another GPU than anchors.measured_on"
-        )  # fmt: skip
     if cal.sglang and cal.anchors.ddtree.budget > cal.sglang.max_budget:
         raise CalibrationError(
             "sglang.max_budget", f"got {cal.sglang.max_budget}, but the DDTree anchor was measured on SGLang at budget "
@@ -2364,7 +2369,11 @@ def _range(*parts: str) -> tuple[tuple[object, ...], tuple[str, ...]]:
                 count = f"{int(values):,}" if values < 10**12 else f"about {values:.2e}"
                 raise CalibrationError("", f"{count} values; expected at most {MAX_SWEEP_POINTS:,}")
             exact = [start + i * step_size for i in range(int(steps) + 1)]
-    except decimal.DecimalException:  # past the exponents or the digits decimal holds exactly: 1e-999999999:0.5:0.1
+    except decimal.Inexact:  # 1e-300 + 0.1 is 301 digits
+        raise CalibrationError(
+            "", "values of more than 200 digits; expected START:STOP:STEP whose values hold in 200"
+        ) from None
+    except decimal.DecimalException:  # past the exponents decimal holds: 1e1000000
         raise CalibrationError("", "expected START:STOP:STEP with numbers of sensible size") from None
     swept = tuple(int(v) if whole else float(v) + 0.0 for v in exact)  # + 0.0: -0 is 0
     if lost := next((v for v, f in zip(exact, swept, strict=True) if v and not f), None):  # 1e-400 as 0
@@ -3514,6 +3523,12 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
                 f"{ANCHORS_BANDWIDTH}, {measured_on}'s bandwidth, to keep {measured_on}'s overhead and take from "
                 f"{tgt.name} only the MoE time",
             ))  # fmt: skip
+    elif (unused := cal.anchors.elsewhere) and unused.mem_bandwidth_tb_s != tgt.mem_bandwidth_tb_s:
+        found.append((
+            "target", f"{ANCHORS_BANDWIDTH}: {_value_text(unused.mem_bandwidth_tb_s)} TB/s is not used: the "
+            f"target is {tgt.name}, on which the anchors were measured, and they are split at its "
+            f"{_value_text(tgt.mem_bandwidth_tb_s)} TB/s",
+        ))  # fmt: skip
     found += curve_warnings(cal.hardware.reference, cal.model, cal.moe_curve)
     found += [
         ("floor", f"{row.label}: the estimated step of {row.step_ms:.3g} ms is shorter than reading the "
@@ -3865,22 +3880,24 @@ def _json_text(value: object) -> str:
 
 
 MARKDOWN_ESCAPES = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~#&"})  # each with a backslash before it
-URL_ESCAPES = str.maketrans({c: "\\" + c for c in "\\|"})  # a link's own: what would end its cell
-URL = r"(https?://[^\s<>`]+)"  # as GFM links it: an escape inside would cut the link short
+# A link: http:// or https:// up to white space, <, > or a backtick, less the punctuation that ends a sentence
+URL = r"(https?://[^\s<>`]*[^\s<>`.,:;!?'\"*_~)\]])"
+URL_ESCAPES = str.maketrans({"|": "%7C", "\\": "%5C"})  # the same address, with nothing that ends a cell
 
 
 def markdown_text(text: object) -> str:
-    r"""Text from the calibration or the command line, escaped for a Markdown cell or paragraph; a link in it
-    stays whole.
+    r"""Text from the calibration or the command line, escaped for a Markdown cell or paragraph; a link in it is
+    written as an autolink, whose text Markdown reads as it is (no emphasis, no [link](elsewhere) in it).
 
-    >>> markdown_text("a|b *c* <b>[d]</b> `e` \\ f_g, https://x.org/a_b|c~d")
-    'a\\|b \\*c\\* \\<b\\>\\[d\\]\\</b\\> \\`e\\` \\\\ f\\_g, https://x.org/a_b\\|c~d'
+    >>> markdown_text("a|b *c* <b>[d]</b> `e` \\ f_g, see https://x.org/a_b|c*d*.")
+    'a\\|b \\*c\\* \\<b\\>\\[d\\]\\</b\\> \\`e\\` \\\\ f\\_g, see <https://x.org/a_b%7Cc*d>\\*.'
     """
     shown = printable(str(text))
     if "://" not in shown:  # a sweep's table may have 100,000 rows
         return shown.translate(MARKDOWN_ESCAPES)
     parts = re.split(URL, shown)  # text, a link, text, ...
-    return "".join(part.translate(URL_ESCAPES if i % 2 else MARKDOWN_ESCAPES) for i, part in enumerate(parts))
+    return "".join(f"<{part.translate(URL_ESCAPES)}>" if i % 2 else part.translate(MARKDOWN_ESCAPES)
+                   for i, part in enumerate(parts))  # fmt: skip
 
 
 def code_span(text: str) -> str:
@@ -4113,14 +4130,16 @@ def headline_lines(report: Report) -> list[str]:
     cut = cal.native_engine.overhead_cut
     removed = fixed(cut, ".0%")
     removed = f"{_apart(100 * cut, 100)}%" if removed == "100%" and cut < 1 else removed  # 99.6%, not 100%
-    drafter = f"current drafter on SGLang, accept {h.today.accept:g}"
-    today = f"Today: {fixed(h.today.tok_s, '.0f')} tok/s, {_measured(cal)} ({drafter})."
-    if not h.today.measured:  # on another target than the anchors'
-        measured = fixed(report.estimate.decomposition.today.value, ".0f")
-        today = f"Today's setup on {cal.hardware.target.name}: {fixed(h.today.tok_s, '.0f')} tok/s ({drafter}), "
-        today += f"where {measured} tok/s was {_measured(cal)}."
+    found = report.changed.get(("anchors", "ddtree", "accept"), "")  # a value --fit or --solve found is no measurement
+    how = ", solved" if found.startswith("--solve") else ", fitted" if found.startswith("--fit") else ""
+    today = fixed(report.estimate.decomposition.today.value, ".0f")  # the anchor's: measured
+    today = (
+        f"Today: {today} tok/s, {_measured(cal)} (current drafter on SGLang, accept {_value_text(h.today.accept)}{how})"
+    )
+    if not h.today.measured:  # on another target than the anchors': today's x is over the measured throughput
+        today += f"; on {cal.hardware.target.name} the same gives {fixed(h.today.tok_s, '.0f')} tok/s"
     lines = [
-        today,
+        f"{today}.",
         f"The native engine with today's drafter: {fixed(h.native.tok_s, '.0f')} tok/s, "
         f"{fixed(h.native.vs_today, '.2f')}x today, if it removes {removed} of the time outside the MoE.",
     ]

@@ -390,31 +390,28 @@ def test_another_target_keeps_the_anchors_overhead_and_takes_its_own_moe(capsys:
     assert today["tok_s"] == pytest.approx(1000 * 4.4 / step, rel=1e-12) and round(today["tok_s"]) == 278
     assert today["measured"] is False  # an estimate for H200, not the measurement on B300
     table = run_main(capsys, *H200, "--set", "anchors.measured_on_mem_bandwidth_tb_s=8").out
-    assert (
-        "Today's setup on H200: 278 tok/s (current drafter on SGLang, accept 4.4), where 303 tok/s was measured "
-        "on B300." in flat(table)
+    today_line = (
+        "Today: 303 tok/s, measured on B300 (current drafter on SGLang, accept 4.4); on H200 the same gives 278"
     )
+    assert today_line in flat(table)
     assert "anchors' MoE(9)" in table and "split at its ratio 8 / 1.8 TB/s = 4.444x" in flat(table)
 
 
-@pytest.mark.parametrize(
-    ("sets", "told"),
-    [
-        (["anchors.measured_on_mem_bandwidth_tb_s=8"], "the anchors were measured on the target, B300, and are split"),
-        (
-            [
-                'anchors={"ar_tok_s": 133, "ddtree": {"block": 8, "budget": 8, "accept": 4.4, "tok_s": 303}, '
-                '"measured_on_mem_bandwidth_tb_s": 8}'
-            ],
-            "anchors.measured_on_mem_bandwidth_tb_s: is the bandwidth of the GPU the anchors were measured on; "
-            "expected measured_on too",
-        ),
-    ],
-)
-def test_the_anchors_bandwidth_is_for_another_gpu_than_the_target(
-    capsys: pytest.CaptureFixture[str], sets: list[str], told: str
-) -> None:
-    assert_clean_error(run_main(capsys, *[x for s in sets for x in ("--set", s)]), told)
+def test_the_anchors_bandwidth_is_used_only_for_another_target(capsys: pytest.CaptureFixture[str]) -> None:
+    """Beside a target of the anchors' own name it is not used (a warning says so where it differs), so a sweep
+    of the target's name runs every GPU; without measured_on it names no GPU, and is an error; mistyped, the hint
+    names it."""
+    key = "anchors.measured_on_mem_bandwidth_tb_s"
+    same, default = run_main(capsys, "--set", f"{key}=7.9", "--format", "json"), run_main(capsys, "--format", "json")
+    assert same.code == 0 and same.json()["scenarios"] == default.json()["scenarios"]
+    assert f"{key}: 7.9 TB/s is not used: the target is B300, on which the anchors were measured" in same.err
+    swept = run_main(capsys, "--set", f"{key}=8", "--sweep", "hardware.target.name=H200,B300", "--format", "json")
+    assert swept.code == 0 and len(swept.json()["sweep"]) == 2
+    anchors = '{"ar_tok_s": 133, "ddtree": {"block": 8, "budget": 8, "accept": 4.4, "tok_s": 303}, "%s": 8}'
+    told = f"{key}: is the bandwidth of the GPU the anchors were measured on; expected measured_on too"
+    assert_clean_error(run_main(capsys, "--set", "anchors=" + anchors % key.split(".")[1]), told)
+    typo = run_main(capsys, "--set", "anchors.measured_on_mem_bandwith_tb_s=8")
+    assert_clean_error(typo, f"(did you mean {key}?)")
 
 
 # --- Sweep values as written ---------------------------------------------------------------------

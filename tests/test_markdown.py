@@ -143,15 +143,22 @@ def test_text_from_the_calibration_lands_unchanged(capsys: pytest.CaptureFixture
 
 
 def test_a_link_in_a_source_stays_whole(capsys: pytest.CaptureFixture[str], write_calibration: Any) -> None:
-    """GFM links a bare URL up to the first escape: bench\\_results would cut it at bench. A `|` still ends no cell."""
+    """A link is written as an autolink: GFM linked a bare URL only up to its first escape (bench\\_results), and
+    unescaped, a link's text could make markup ([run](elsewhere), *emphasis*). A `|` in it ends no cell."""
     link = "https://example.org/~ops/bench_results/b300_run_12.md?a=1&b=x|y"
     doc = default_doc()
-    doc["ranges"]["native_engine.overhead_cut"]["source"] = f"assumed_here: see {link}"
+    doc["ranges"]["native_engine.overhead_cut"]["source"] = f"assumed_here: see {link}."
+    doc["anchors"]["ar_tok_s_source"] = "see https://x.org/[run](https://evil.example) and https://x.org/*draft*/v2"
     out = document(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity")
-    assert "assumed\\_here: see https://example.org/~ops/bench_results/b300_run_12.md?a=1&b=x\\|y" in out
-    found = tables(parse(out))
+    assert "assumed\\_here: see <https://example.org/~ops/bench_results/b300_run_12.md?a=1&b=x%7Cy>." in out
+    tokens = parse(out)
+    found = tables(tokens)
     assert [(len(t), len(t[0])) for t in found][-1] == (7, 7)  # the sensitivity table: no cell split at the `|`
-    assert f"assumed_here: see {link}" in [cell for row in found[-1] for cell in row]
+    links = [c.attrs["href"] for t in tokens if t.children for c in t.children if c.type == "link_open"]
+    assert links.count("https://example.org/~ops/bench_results/b300_run_12.md?a=1&b=x%7Cy") == 2  # table and list
+    assert "https://x.org/%5Brun%5D(https://evil.example" in links and "https://evil.example" not in links
+    assert "https://x.org/*draft*/v2" in links
+    assert not any(c.type == "em_open" for t in tokens if t.children for c in t.children)
 
 
 def test_the_mermaid_block(capsys: pytest.CaptureFixture[str]) -> None:
