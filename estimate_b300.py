@@ -227,6 +227,11 @@ class Measurement(NamedTuple):
         """Where its accept length was given: 'measurements[2].accept', or the --measured option."""
         return self.origin if self.origin.startswith("--") else f"{self.origin}.accept"
 
+    @property
+    def tok_s_origin(self) -> str:
+        """Where its throughput was given: 'measurements[2].tok_s', or the --measured option."""
+        return self.origin if self.origin.startswith("--") else f"{self.origin}.tok_s"
+
 
 class Range(NamedTuple):
     """One assumption's what-if range, for --sensitivity."""
@@ -717,7 +722,8 @@ class BreakEven(NamedTuple):
 
 
 def ar_tok_s(cal: Calibration, dec: Decomposition, pipeline: str) -> Figure:
-    """Autoregressive decoding on a pipeline; on SGLang it gives back the measured ar_tok_s."""
+    """Autoregressive decoding on a pipeline, on the target; on SGLang on the GPU the anchors were measured on, it
+    gives back the measured ar_tok_s."""
     k, moe_1 = kept(engine_on(cal, pipeline)), moe_time(cal, 1).time  # on the target
     return derive("AR tok/s", "1000 / (MoE(1) + kept * ATTN_BASE)", "tok/s", moe_1, k, dec.attn_base)
 
@@ -1108,6 +1114,8 @@ def _describe(value: object) -> str:
             return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
     if isinstance(value, Unheld):
         return value.written
+    if isinstance(value, list | dict) and (unheld := _unheld_in(value)):  # JSON would show it as Infinity
+        return f"{_kind(value)} holding {unheld.written}"
     if isinstance(value, float) and math.isfinite(value):
         text = f"{value + 0.0:.15g}"  # 40.0 -> '40', 0.1 -> '0.1', -0.0 -> '0'
         exact = float(text) == value and len(text) <= len(repr(value))  # 1e-320, not 9.99988867182683e-321
@@ -1119,6 +1127,16 @@ def _describe(value: object) -> str:
     if len(text) > 40:  # cut, and an escape the cut split left out whole: not "\u0...
         text = re.sub(r"(?<!\\)((?:\\\\)*)\\(?:u[0-9a-fA-F]{0,3})?$", r"\1", text[:37]) + "..."
     return f"{_kind(value)} {text}" if isinstance(value, (str, list, dict)) else text
+
+
+def _unheld_in(value: object) -> "Unheld | None":
+    """A number no float holds, anywhere in a list or an object (walked without recursion), or None."""
+    stack = [value]
+    while stack:
+        if isinstance(item := stack.pop(), Unheld):
+            return item
+        stack.extend(item if isinstance(item, list) else item.values() if isinstance(item, dict) else ())
+    return None
 
 
 def _apart(value: float, other: float, least: int = 6) -> str:
@@ -5024,7 +5042,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out += ["", "Track record: error = predicted / measured - 1"]
         for p in report.track_record:  # each operand to the digits that give the error as printed
             predicted = given("predicted", p.predicted_tok_s, "tok/s")
-            measured = given("measured", p.measurement.tok_s, "tok/s", f"{p.measurement.origin}.tok_s")  # as written
+            measured = given("measured", p.measurement.tok_s, "tok/s", p.measurement.tok_s_origin)  # as written
             error = derive("error", "predicted / measured - 1", "%", predicted, measured)
             texts = worked_inputs(error, lambda f: fixed(f.value, "+.1%"))
             error_text = fixed(p.relative_error, "+.1%")
@@ -5074,8 +5092,8 @@ EPILOG = """examples:
 
 exit status: 0 estimated (warnings, if any, on stderr); 2 bad calibration,
 option, usage or environment, such as tabulate missing for tables (one line
-on stderr, nothing on stdout); 1 the output could
-not be written, memory ran out, or an internal error; 130 interrupted (Ctrl-C)."""
+on stderr, nothing on stdout); 1 the output could not be written, memory ran
+out, or an internal error; 130 interrupted (Ctrl-C)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -5225,12 +5243,13 @@ def _check_usage(args: argparse.Namespace) -> None:
             raise usage_error(f"--tablefmt: unknown format {shortened(repr(tablefmt))}; choose from {formats}")
         sample = tabulate.tabulate([["x"]], headers=["x"], tablefmt=tablefmt)
         encoding = "ascii" if args.ascii else _encoding(sys.stdout)
-        if _encodes(sample, encoding) and _ascii_only(args, encoding):  # it could, but the chart needs ASCII
-            encoding = f"ascii: {encoding} cannot write the chart's blocks"
-        if _encodes("x", encoding.partition(":")[0]) and not _encodes(sample, encoding.partition(":")[0]):
-            raise usage_error(  # an encoding that encodes nothing fails on output
-                f"--tablefmt {tablefmt} draws with characters that the output encoding ({encoding}) cannot "
-                "show; choose an ASCII format, e.g. simple or grid"
+        for_chart = _encodes(sample, encoding) and _ascii_only(args, encoding)  # it could, but the chart needs ASCII
+        drawn_in = "ascii" if for_chart else encoding
+        if _encodes("x", drawn_in) and not _encodes(sample, drawn_in):  # one that encodes nothing fails on output
+            told = f"ascii: {encoding} cannot write the chart's blocks" if for_chart else encoding
+            raise usage_error(
+                f"--tablefmt {tablefmt} draws with characters that the output encoding ({told}) cannot show; "
+                f"choose an ASCII format, e.g. simple or grid{', or --no-chart' if for_chart else ''}"
             )
 
 
