@@ -3724,8 +3724,8 @@ def build_report(options: Options) -> Report:
 
 def _where(file: str, given: Sequence[tuple[str, str]], at: str = "") -> str:
     """The file and the options that changed it, (option, key path) each, as an error names where it went wrong:
-    every option, or past five the first five in the section at fault (else the first five), and how many more:
-    500 --set options made a line of 9,000 characters."""
+    every option, or past five the first five that set a value rather than a text that documents one, those in the
+    section at fault first, and how many more: 500 --set options made a line of 9,000 characters."""
 
     def near(path: str) -> bool:
         try:
@@ -3734,9 +3734,14 @@ def _where(file: str, given: Sequence[tuple[str, str]], at: str = "") -> str:
             return False
         return mine[:1] == fault[:1]  # in the section at fault: a block of 2 fails its accept lengths
 
+    def rank(option: tuple[str, str]) -> tuple[bool, bool]:  # a value before a text that documents one, then near
+        path = parse_path(option[1]) if option[1] else ()
+        return bool(path) and documents(str(path[-1])), not near(option[1])
+
     shown = list(given)
     if len(given) > 5:
-        shown = [(text, path) for text, path in given if near(path)][:5] or shown[:5]
+        kept = sorted(given, key=rank)[:5]  # a stable sort: in the order given within a rank
+        shown = [option for option in given if option in kept]
     more = f" and {plural(len(given) - len(shown), 'more option')}" if len(shown) < len(given) else ""
     return shortened(file) + "".join(f" with {text}" for text, _ in shown) + more
 
@@ -3870,16 +3875,19 @@ def _swept_text(value: object) -> str:
 
 def _value_text(value: object) -> str:
     """A value of the calibration or an option as written: 0.4, 32, B300, [12, 14]. A float as typed (0.2000003
-    and 7.9999999, which 6 digits would round), or, where a fit or a solve computed it, to 6 digits but not
-    rounded onto a whole number: 0.447526, 0.99999999999.
+    and 7.9999999, which 6 digits would round: its shortest text has at most 12 significant digits), or, where a
+    fit or a solve computed it, to 6 digits but not rounded onto a whole number: 0.447526, 0.99999999999.
 
-    >>> _value_text(0.2000003), _value_text(0.4475261537380284), _value_text(1 - 1e-11), _value_text(1e16)
-    ('0.2000003', '0.447526', '0.99999999999', '1e+16')
+    >>> _value_text(0.2000003), _value_text(0.4475261537380284), _value_text(0.373654003534036)
+    ('0.2000003', '0.447526', '0.373654')
+    >>> _value_text(1 - 1e-11), _value_text(1e16), _value_text(1e-320)
+    ('0.99999999999', '1e+16', '1e-320')
     """
     if not isinstance(value, float):
         return value if isinstance(value, str) else _json_text(value)
-    if float(f"{value:.15g}") == value:
-        return _describe(value)
+    typed = _describe(value)  # the shortest text that gives it back
+    if len(typed.partition("e")[0].lstrip("-0.").replace(".", "")) <= 12:
+        return typed
     text = f"{value:g}"
     return repr(value) if float(text).is_integer() and float(text) != value else text
 
@@ -3965,6 +3973,12 @@ class Style(NamedTuple):
     everything: bool = False  # --all: every section, not only what a design note needs
     markdown: bool = False
     charset: str | None = None  # the output's encoding, when it cannot write every character: "ascii", "cp437"
+
+    @property
+    def under_title(self) -> str:
+        """What goes between a title and its table: a blank line where a reader would take a table right under a
+        line of text for more of that paragraph (Markdown, reST)."""
+        return "\n\n" if self.markdown or self.tablefmt == "rst" else "\n"
 
     def wrap(self, text: str, indent: str = "") -> str:
         """A paragraph broken at word boundaries to the width; in Markdown, one escaped line."""
@@ -4483,7 +4497,7 @@ def fit_section(report: Report, style: Style) -> Section:
     if fit.other_roots:
         key += f"; other values fit too: {', '.join(f'{v:.6g}' for v in fit.other_roots)} (not monotonic in it)"
     caption = style.wrap("Each measurement, as the model predicts it with the values before and after the fit:")
-    caption += "\n\n" if style.markdown else "\n"  # a title above its table, as a section's is
+    caption += style.under_title  # a title above its table, as a section's is
     body = (
         f"{table(fit.values, values, style)}\n\n{caption}{table(rows, measurements, style)}\n\n{style.wrap(key + '.')}"
     )
@@ -4598,7 +4612,7 @@ def breakdown_chart(scenarios: Sequence[Scenario], columns: int, ascii_only: boo
     bar_width = max(columns - label_width - len(ends[0]) - 2, 10)
     ms_per_column = max(row.step_ms for _, row, _ in bars) / bar_width
     legend = " ".join(f"[{fill}] {part}" for fill, part in zip(fills, ("MoE", "ATTN_BASE", "SPEC"), strict=True))
-    scale = fixed(ms_per_column, ".3f") if ms_per_column >= 1 else f"{ms_per_column:.3g}"  # 0.00125, not 0.001
+    scale = fixed(ms_per_column, ".3f") if ms_per_column >= 1 else f"{ms_per_column:#.3g}"  # 0.00125, not 0.001
     lines = [f"Step time, {scale} ms a column: {legend}"]
     for (label, row, _), end in zip(bars, ends, strict=True):
         bar, done, total = "", 0, 0.0
@@ -4651,7 +4665,7 @@ def render_tables(report: Report, style: Style) -> Iterable[str]:
     parts = [f"{style.wrap(_header_line(report, GLUE), '  ')}\n{style.wrap(_title(report), '  ')}"]
     if report.sweep is None:
         parts.append("\n".join(style.wrap(line, "  ") for line in headline_lines(report)))
-    above = "\n\n" if style.tablefmt == "rst" else "\n"  # reST reads a table right under its title as a paragraph
+    above = style.under_title
     parts += [f"{style.wrap(s.title)}{above}{s.body}".rstrip("\n") for s in sections(report, style)]
     if style.chart_width and report.sweep is None:
         parts.append(breakdown_chart(report.estimate.scenarios, style.chart_width, style.ascii_only))

@@ -340,8 +340,14 @@ def test_an_error_names_the_options_in_its_section_and_counts_the_rest(capsys: p
     assert len(run.err) < 400
     notes = [x for i in range(6) for x in ("--set", f"moe_curve.points[{i % 3}].{'note' if i < 3 else 'ms_note'}=x")]
     run = run_main(capsys, *notes, "--set", "stronger_drafter.block=2")
-    told = "calibration.json with --set stronger_drafter.block=2 and 6 more options: stronger_drafter.accept[0]: 12"
-    assert_clean_error(run, told)
+    assert_clean_error(run, "with --set stronger_drafter.block=2 and 2 more options: stronger_drafter.accept[0]: 12")
+    curve = [
+        x
+        for path in ("note", "hardware.note", "model.note", "sglang.note", "anchors.source")
+        for x in ("--set", path + "=x")
+    ]
+    run = run_main(capsys, *curve, "--set", "moe_curve.points[0].ms=50")  # told under anchors: a value goes first
+    assert_clean_error(run, "with --set moe_curve.points[0].ms=50 and 1 more option: anchors.ar_tok_s: the measured")
     few = run_main(capsys, "--set", "native_engine.overhead_cut=0.3", "--set", "stronger_drafter.block=2")
     assert_clean_error(few, "with --set native_engine.overhead_cut=0.3 with --set stronger_drafter.block=2: ")
 

@@ -249,12 +249,28 @@ def test_an_override_that_holds_the_lines_separators_is_quoted_as_a_shell_takes_
     assert "overrides: 'hardware.target.name=H200, 141 GB', native_engine.overhead_cut=0.3" in flat(out)
 
 
-def test_a_restructuredtext_table_stands_apart_from_its_title(capsys: pytest.CaptureFixture[str]) -> None:
-    """reST reads a table right under a line of text as part of that paragraph: there is a blank line between."""
-    lines = run_main(capsys, "--tablefmt", "rst", "--all", "--no-chart").out.splitlines()
+@pytest.mark.parametrize(
+    ("args", "count"), [([], 7), (["--fit", "native_engine.overhead_cut", "--measured", "current/native=470"], 9)]
+)
+def test_a_restructuredtext_table_stands_apart_from_its_title(
+    capsys: pytest.CaptureFixture[str], args: list[str], count: int
+) -> None:
+    """reST reads a table right under a line of text as part of that paragraph: there is a blank line between,
+    under each section's title and under the fit's caption of its second table."""
+    lines = run_main(capsys, "--tablefmt", "rst", "--all", "--no-chart", *args).out.splitlines()
     opening = [i for i, line in enumerate(lines) if line.startswith("==") and not lines[i - 1].startswith("==")]
     tops = opening[::3]  # each table has three rules: above the header, under it, and at its foot
-    assert len(tops) == 7 and all(lines[i - 1] == "" for i in tops)
+    assert len(tops) == count and all(lines[i - 1] == "" for i in tops)
+
+
+def test_a_value_a_fit_found_is_shown_to_6_digits_wherever_it_is_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """0.373654003534036 gives itself back at 15 digits, as a typed value does: it was shown so beside 0.373654."""
+    sets = ["hardware.target.mem_bandwidth_tb_s=7.35", "anchors.ddtree.accept=5.2", "stronger_drafter.spec_scale=1.388"]
+    args = [x for v in sets for x in ("--set", v)] + ["--fit", "native_engine.overhead_cut"]
+    args += ["--measured", "current/native=470", "--measured", "ar/native=200"]
+    note = run_main(capsys, *args, "--format", "markdown").out
+    assert "- `overhead_cut` = 0.373654: set by --fit" in note and "0.3736540" not in note
+    assert "  overhead_cut = 0.373654 (native_engine.overhead_cut)" in run_main(capsys, *args, "--explain").out
 
 
 def test_values_as_written_keep_their_digits(capsys: pytest.CaptureFixture[str]) -> None:
