@@ -427,8 +427,8 @@ def point_figure(p: CurvePoint) -> Figure:
 
 
 class Decomposition(NamedTuple):
-    """The calibration step: the two measured anchors split into MoE, ATTN_BASE and SPEC, on the GPU they were
-    measured on (the target, unless `anchors.measured_on` names another: see Anchors.elsewhere)."""
+    """The calibration step: the two measured anchors split into MoE, ATTN_BASE and SPEC, at the target's MoE time,
+    or at that of the GPU they were measured on where it is another and its bandwidth is given (see split_on)."""
 
     bandwidth_ratio: Figure  # the target's, which the scenarios' MoE scales by
     today: Figure  # the DDTree anchor's tok_s: the throughput measured today
@@ -445,7 +445,8 @@ class Decomposition(NamedTuple):
 
 def decompose(cal: Calibration) -> Decomposition:
     """Split the anchors: AR step - MoE(1) leaves ATTN_BASE; DDTree step - MoE(M) - ATTN_BASE leaves SPEC. The MoE
-    is the GPU's the anchors were measured on: another target keeps their ATTN_BASE and SPEC, and its own MoE."""
+    is that of the GPU split_on names, else the target's; the scenarios keep ATTN_BASE and SPEC and add the
+    target's MoE."""
     return _decompose(cal.hardware, cal.model, cal.moe_curve, cal.anchors)
 
 
@@ -4164,10 +4165,9 @@ def headline_lines(report: Report) -> list[str]:
     removed = f"{_apart(100 * cut, 100)}%" if removed == "100%" and cut < 1 else removed  # 99.6%, not 100%
     found = report.changed.get(("anchors", "ddtree", "accept"), "")  # a value --fit or --solve found is no measurement
     how = ", solved" if found.startswith("--solve") else ", fitted" if found.startswith("--fit") else ""
-    today = fixed(report.estimate.decomposition.today.value, ".0f")  # the anchor's: measured
-    today = (
-        f"Today: {today} tok/s, {_measured(cal)} (current drafter on SGLang, accept {_value_text(h.today.accept)}{how})"
-    )
+    measured = fixed(report.estimate.decomposition.today.value, ".0f")  # the anchor's tok/s
+    accept = _value_text(h.today.accept)
+    today = f"Today: {measured} tok/s, {_measured(cal)} (current drafter on SGLang, accept {accept}{how})"
     if not h.today.measured:  # on another target than the anchors': today's x is over the measured throughput
         today += f"; on {cal.hardware.target.name} the same gives {fixed(h.today.tok_s, '.0f')} tok/s"
     lines = [
