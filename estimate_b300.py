@@ -3535,16 +3535,16 @@ def physical_warnings(cal: Calibration, rows: Iterable[Scenario]) -> list[tuple[
         on = f"hardware.target.name: the estimate is for {tgt.name}, but the anchors were measured on {measured_on}"
         if cal.anchors.elsewhere:
             kept = f"it keeps {measured_on}'s overhead (ATTN_BASE and SPEC) and takes from {tgt.name} only the MoE time"
-            found.append(("target", f"{on}: {kept} its bandwidth gives"))
+            found.append(("elsewhere", f"{on}: {kept} its bandwidth gives"))
         else:
             found.append((
-                "target", f"{on}; it splits them at {tgt.name}'s bandwidth, as if they were measured there; expected "
-                f"{ANCHORS_BANDWIDTH}, {measured_on}'s bandwidth, to keep {measured_on}'s overhead and take from "
-                f"{tgt.name} only the MoE time",
+                "as if here", f"{on}; it splits them at {tgt.name}'s bandwidth, as if they were measured there; "
+                f"expected {ANCHORS_BANDWIDTH}, {measured_on}'s bandwidth, to keep {measured_on}'s overhead and take "
+                f"from {tgt.name} only the MoE time",
             ))  # fmt: skip
     elif (unused := cal.anchors.elsewhere) and unused.mem_bandwidth_tb_s != tgt.mem_bandwidth_tb_s:
         found.append((
-            "target", f"{ANCHORS_BANDWIDTH}: {_value_text(unused.mem_bandwidth_tb_s)} TB/s is not used: the "
+            "unused", f"{ANCHORS_BANDWIDTH}: {_value_text(unused.mem_bandwidth_tb_s)} TB/s is not used: the "
             f"target is {tgt.name}, on which the anchors were measured, and they are split at its "
             f"{_value_text(tgt.mem_bandwidth_tb_s)} TB/s",
         ))  # fmt: skip
@@ -3680,7 +3680,9 @@ def build_report(options: Options) -> Report:
         doc = original
         for override in options.overrides:
             doc = set_path(doc, override.path, override.value)
-        doc, cal = log_measured(doc, parse_calibration(doc), options.measured)
+        cal = parse_calibration(doc)
+        decompose(cal)  # anchors that conflict are the file's (and --set's) to tell, before an option reads a scenario
+        doc, cal = log_measured(doc, cal, options.measured)
         added = cal.measurements[len(cal.measurements) - len(options.measured) :]  # --measured logs them last
         given += [(m.source, "measurements") for m in added]  # errors at a sweep's point say they are there
         fitted = None
@@ -3725,23 +3727,22 @@ def build_report(options: Options) -> Report:
 
 def _where(file: str, given: Sequence[tuple[str, str]], at: str = "") -> str:
     """The file and the options that changed it, (option, key path) each, as an error names where it went wrong:
-    every option, or past five the first five that set a value rather than a text that documents one, those in the
-    section at fault first, and how many more: 500 --set options made a line of 9,000 characters."""
+    every option, or past ten the first ten that set a value rather than a text that documents one, those at the
+    key path at fault first, then those in its section, and how many more: 500 --set options made a line of 9,000
+    characters."""
 
-    def near(path: str) -> bool:
+    def rank(option: tuple[str, str]) -> tuple[bool, bool, bool]:  # a value, at the key at fault, in its section
         try:
-            mine, fault = parse_path(path), parse_path(at)
+            mine, fault = parse_path(option[1]), parse_path(at)
         except CalibrationError:  # no key path at fault ("", a file's own error)
-            return False
-        return mine[:1] == fault[:1]  # in the section at fault: a block of 2 fails its accept lengths
-
-    def rank(option: tuple[str, str]) -> tuple[bool, bool]:  # a value before a text that documents one, then near
-        path = parse_path(option[1]) if option[1] else ()
-        return bool(path) and documents(str(path[-1])), not near(option[1])
+            mine, fault = parse_path(option[1]) if option[1] else (), ()
+        at_fault = bool(fault) and (at_or_inside(mine, fault) or at_or_inside(fault, mine))
+        near = mine[:1] == fault[:1]  # in the section at fault: a block of 2 fails its accept lengths
+        return bool(mine) and documents(str(mine[-1])), not at_fault, not near
 
     shown = list(given)
-    if len(given) > 5:
-        kept = sorted(given, key=rank)[:5]  # a stable sort: in the order given within a rank
+    if len(given) > 10:
+        kept = sorted(given, key=rank)[:10]  # a stable sort: in the order given within a rank
         shown = [option for option in given if option in kept]
     more = f" and {plural(len(given) - len(shown), 'more option')}" if len(shown) < len(given) else ""
     return shortened(file) + "".join(f" with {text}" for text, _ in shown) + more
@@ -3907,9 +3908,16 @@ def _json_text(value: object) -> str:
 
 
 MARKDOWN_ESCAPES = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|~#&"})  # each with a backslash before it
-# A link: http:// or https:// up to white space, <, > or a backtick, less the punctuation that ends a sentence
-URL = r"(https?://[^\s<>`]*[^\s<>`.,:;!?'\"*_~)\]])"
+URL = r"https?://[^\s<>`'\"]+"  # a link: http:// or https:// up to white space, <, >, a backtick or a quote
 URL_ESCAPES = str.maketrans({"|": "%7C", "\\": "%5C"})  # the same address, with nothing that ends a cell
+PAIRS = (("(", ")"), ("[", "]"))
+
+
+def _link(url: str) -> str:
+    """A URL less what ends the sentence around it: a stop, and a ) or ] it did not open (as GFM reads one)."""
+    while url[-1] in ".,:;!?*_~" or any(url[-1] == end and url.count(end) > url.count(start) for start, end in PAIRS):
+        url = url[:-1]
+    return url
 
 
 def markdown_text(text: object) -> str:
@@ -3918,13 +3926,19 @@ def markdown_text(text: object) -> str:
 
     >>> markdown_text("a|b *c* <b>[d]</b> `e` \\ f_g, see https://x.org/a_b|c*d*.")
     'a\\|b \\*c\\* \\<b\\>\\[d\\]\\</b\\> \\`e\\` \\\\ f\\_g, see <https://x.org/a_b%7Cc*d>\\*.'
+    >>> markdown_text("(see https://en.wikipedia.org/wiki/Roofline_(model)), https://x.org's")
+    "(see <https://en.wikipedia.org/wiki/Roofline_(model)>), <https://x.org>'s"
     """
     shown = printable(str(text))
     if "://" not in shown:  # a sweep's table may have 100,000 rows
         return shown.translate(MARKDOWN_ESCAPES)
-    parts = re.split(URL, shown)  # text, a link, text, ...
-    return "".join(f"<{part.translate(URL_ESCAPES)}>" if i % 2 else part.translate(MARKDOWN_ESCAPES)
-                   for i, part in enumerate(parts))  # fmt: skip
+    out, at = [], 0
+    for found in re.finditer(URL, shown):
+        if found.start() >= at:
+            link = _link(found[0])
+            out += [shown[at : found.start()].translate(MARKDOWN_ESCAPES), f"<{link.translate(URL_ESCAPES)}>"]
+            at = found.start() + len(link)
+    return "".join([*out, shown[at:].translate(MARKDOWN_ESCAPES)])
 
 
 def code_span(text: str) -> str:
@@ -3978,8 +3992,8 @@ class Style(NamedTuple):
     @property
     def under_title(self) -> str:
         """What goes between a title and its table: a blank line where a reader would take a table right under a
-        line of text for more of that paragraph (Markdown, reST)."""
-        return "\n\n" if self.markdown or self.tablefmt == "rst" else "\n"
+        line of text for more of that paragraph (Markdown, and reST)."""
+        return "\n\n" if self.markdown or self.tablefmt in ("rst", "github", "pipe") else "\n"
 
     def wrap(self, text: str, indent: str = "") -> str:
         """A paragraph broken at word boundaries to the width; in Markdown, one escaped line."""

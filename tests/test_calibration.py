@@ -55,6 +55,22 @@ def test_an_integer_past_pythons_digit_limit_is_named_at_its_key_with_the_limit_
     assert_clean_error(run_script("--calibration", str(path)), told)  # not "a list [Infinity]"
 
 
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--measured", "current/native=411"],
+        ["--observed", "stronger/native=900", "--solve", "native_engine.overhead_cut"],
+    ],
+)
+def test_anchors_that_conflict_are_the_files_to_tell_not_an_options(
+    capsys: pytest.CaptureFixture[str], write_calibration: Callable[[object], Path], option: list[str]
+) -> None:
+    """A throughput given on the command line read a scenario of the file first, and took its error as its own."""
+    path = write_calibration(mutated(lambda d: d["moe_curve"]["points"][0].update(ms=40)))
+    run = run_main(capsys, "--calibration", str(path), *option)
+    assert_clean_error(run, f"{path}: anchors.ar_tok_s: the measured anchors conflict with the MoE curve")
+
+
 def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     missing = str(tmp_path / "nope.json")
     assert_clean_error(run_main(capsys, "--calibration", missing), missing, "no such file")

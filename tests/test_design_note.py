@@ -407,6 +407,10 @@ def test_the_anchors_bandwidth_is_used_only_for_another_target(capsys: pytest.Ca
     assert f"{key}: 7.9 TB/s is not used: the target is B300, on which the anchors were measured" in same.err
     swept = run_main(capsys, "--set", f"{key}=8", "--sweep", "hardware.target.name=H200,B300", "--format", "json")
     assert swept.code == 0 and len(swept.json()["sweep"]) == 2
+    kinds = ["--set", "hardware.target.mem_bandwidth_tb_s=4.8", "--sweep", "hardware.target.name=B300,H200"]
+    warned = run_main(capsys, "--set", f"{key}=8", *kinds, "--format", "csv").err.splitlines()  # each its own point
+    assert [line.split("): ", 1)[1].split(":")[0] for line in warned] == [key, "hardware.target.name"]
+    assert all("at 1 of 2 sweep points" in line for line in warned)
     anchors = '{"ar_tok_s": 133, "ddtree": {"block": 8, "budget": 8, "accept": 4.4, "tok_s": 303}, "%s": 8}'
     told = f"{key}: is the bandwidth of the GPU the anchors were measured on; expected measured_on too"
     assert_clean_error(run_main(capsys, "--set", "anchors=" + anchors % key.split(".")[1]), told)

@@ -263,6 +263,14 @@ def test_a_restructuredtext_table_stands_apart_from_its_title(
     assert len(tops) == count and all(lines[i - 1] == "" for i in tops)
 
 
+@pytest.mark.parametrize("tablefmt", ["github", "pipe"])
+def test_a_markdown_table_format_stands_apart_from_its_title(capsys: pytest.CaptureFixture[str], tablefmt: str) -> None:
+    """GFM takes a table right under a line of text for more of that paragraph: pandoc found none of 7."""
+    lines = run_main(capsys, "--tablefmt", tablefmt, "--all", "--no-chart").out.splitlines()
+    headers = [i for i, line in enumerate(lines) if line.startswith("|") and not lines[i - 1].startswith("|")]
+    assert len(headers) == 7 and all(lines[i - 1] == "" for i in headers)
+
+
 def test_a_value_a_fit_found_is_shown_to_6_digits_wherever_it_is_written(capsys: pytest.CaptureFixture[str]) -> None:
     """0.373654003534036 gives itself back at 15 digits, as a typed value does: it was shown so beside 0.373654."""
     sets = ["hardware.target.mem_bandwidth_tb_s=7.35", "anchors.ddtree.accept=5.2", "stronger_drafter.spec_scale=1.388"]
