@@ -4170,6 +4170,13 @@ def range_texts(report: Report, row: SensitivityRow) -> tuple[str, str, str]:
     return _against(row.value, row.low, row.high, report.estimate.calibration.domains.get(row.path))
 
 
+def _changed_how(report: Report, path: PathSegments) -> str:
+    """How an option changed a value, in a word ("solved", "fitted", "swept", "set"), or "" where none did."""
+    option = report.changed.get(path, "")
+    words = {"--solve": "solved", "--fit": "fitted", "--sweep": "swept", "--set": "set"}
+    return next((word for start, word in words.items() if option.startswith(start)), "")
+
+
 def headline_lines(report: Report) -> list[str]:
     """Three to five lines: today's throughput, the native engine's, the stronger drafter's, how sure, and how
     well the model predicted the logged measurements."""
@@ -4177,11 +4184,12 @@ def headline_lines(report: Report) -> list[str]:
     cut = cal.native_engine.overhead_cut
     removed = fixed(cut, ".0%")
     removed = f"{_apart(100 * cut, 100)}%" if removed == "100%" and cut < 1 else removed  # 99.6%, not 100%
-    found = report.changed.get(("anchors", "ddtree", "accept"), "")  # a value --fit or --solve found is no measurement
-    how = ", solved" if found.startswith("--solve") else ", fitted" if found.startswith("--fit") else ""
     measured = fixed(report.estimate.decomposition.today.value, ".0f")  # the anchor's tok/s
-    accept = _value_text(h.today.accept)
-    today = f"Today: {measured} tok/s, {_measured(cal)} (current drafter on SGLang, accept {accept}{how})"
+    accept, how = _value_text(h.today.accept), _changed_how(report, ("anchors", "ddtree", "accept"))
+    basis = _changed_how(report, ("anchors", "ddtree", "tok_s")) or _measured(
+        cal
+    )  # one an option gave is no measurement
+    today = f"Today: {measured} tok/s, {basis} (current drafter on SGLang, accept {accept}{', ' * bool(how)}{how})"
     if not h.today.measured:  # on another target than the anchors': today's x is over the measured throughput
         today += f"; on {cal.hardware.target.name} the same gives {fixed(h.today.tok_s, '.0f')} tok/s"
     lines = [
@@ -4572,7 +4580,8 @@ def notes(report: Report, style: Style) -> list[str]:
     if report.sweep is None:
         found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
         today = _value_text(est.decomposition.today.value)
-        found.append(f"x today: tok/s over today's {today} tok/s, {_measured(cal)}.")
+        basis = _changed_how(report, ("anchors", "ddtree", "tok_s")) or _measured(cal)
+        found.append(f"x today: tok/s over today's {today} tok/s, {basis}.")
     else:  # a step is marked [i] at each point where its pipeline cannot run the tree
         size = plural(report.sweep.size, "point")
         found += [f"[{i}] at {n:,} of {size}: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]

@@ -80,6 +80,16 @@ def test_the_headline(capsys: pytest.CaptureFixture[str]) -> None:
     )
 
 
+def test_the_headline_calls_no_value_an_option_gave_measured(capsys: pytest.CaptureFixture[str]) -> None:
+    """A solved anchor throughput was 'measured on B300', and so was the accept a solve had found."""
+    solved = flat(run_main(capsys, "--solve", "anchors.ddtree.tok_s", "--observed", "current/native=470").out)
+    assert "Today: 308 tok/s, solved (current drafter on SGLang, accept 4.4)." in solved
+    assert "x today: tok/s over today's 308.224 tok/s, solved." in solved
+    accept = flat(run_main(capsys, "--solve", "anchors.ddtree.accept", "--observed", "current/native=470").out)
+    assert "Today: 303 tok/s, measured on B300 (current drafter on SGLang, accept 4.32543, solved)." in accept
+    assert "Today: 310 tok/s, set (" in flat(run_main(capsys, "--set", "anchors.ddtree.tok_s=310").out)
+
+
 @pytest.mark.parametrize(("cut", "removed"), [("0.3", "30%"), ("0.004", "0.4%"), ("0.996", "99.6%"), ("0", "0%")])
 def test_the_headline_says_the_cut_the_native_engine_rests_on(
     capsys: pytest.CaptureFixture[str], cut: str, removed: str
