@@ -3680,6 +3680,7 @@ def build_report(options: Options) -> Report:
         doc = original
         for override in options.overrides:
             doc = set_path(doc, override.path, override.value)
+        doc = _without_stale_reason(doc, [*(o.path for o in options.overrides), *(s.path for s in options.sweeps)])
         cal = parse_calibration(doc)
         decompose(cal)  # anchors that conflict are the file's (and --set's) to tell, before an option reads a scenario
         doc, cal = log_measured(doc, cal, options.measured)
@@ -3723,6 +3724,17 @@ def build_report(options: Options) -> Report:
         None if options.solve else fitted, fitted if options.solve else None, sens, sweep,
         tuple(dict.fromkeys(warnings)), doc, changed, original,
     )  # fmt: skip
+
+
+def _without_stale_reason(doc: object, changed: Sequence[PathSegments]) -> object:
+    """The document without `sglang.max_budget_source` where an option changed the budget and not its reason: the
+    file's reason is of the file's budget ("fail above budget 8", beside a budget of 16)."""
+    budget, reason = ("sglang", "max_budget"), ("sglang", "max_budget_source")
+    if budget not in changed or any(at_or_inside(reason, path) for path in changed):
+        return doc
+    if not isinstance(doc, dict) or not isinstance(sglang := doc.get("sglang"), dict):
+        return doc
+    return {**doc, "sglang": {key: value for key, value in sglang.items() if key != reason[1]}}
 
 
 def _where(file: str, given: Sequence[tuple[str, str]], at: str = "") -> str:
@@ -4746,6 +4758,9 @@ def _changed_source(report: Report, path: PathSegments, source: str) -> str:
     except CalibrationError:  # the file did not have it
         said = ""
     how = "swept" if option.startswith("--sweep") else "set"
+    if not source and looked == path and isinstance(path[-1], str):  # one the run left out (see _without_stale_reason)
+        with contextlib.suppress(CalibrationError):
+            source = str(get_path(report.original, (*path[:-1], f"{path[-1]}_source")))
     return f"{how} by {option}{said}" + (f" ({source})" if source else "")
 
 

@@ -288,12 +288,16 @@ def test_a_sweep_marks_the_steps_a_pipeline_cannot_run(capsys: pytest.CaptureFix
     assert [row[at].strip() for row in rows] == ["20.88\\* \\[1\\]", "20.88\\* \\[2\\]", "20.88\\*"]
     assert all("[" not in cell for row in rows for i, cell in enumerate(row) if i != at)  # current/sglang runs
     notes = [line for line in lines if line.startswith("- \\[")]
-    assert notes == [
-        "- \\[1\\] at 1 of 3 points: SGLang cannot verify a budget above 8: its verify CUDA graphs fail above "
-        "budget 8 on sm\\_103 (B300), as measured.",
-        "- \\[2\\] at 1 of 3 points: SGLang cannot verify a budget above 16: its verify CUDA graphs fail above "
-        "budget 8 on sm\\_103 (B300), as measured.",
+    assert notes == [  # the file's reason is of its budget of 8: "above 16: ... fail above budget 8" is not told
+        "- \\[1\\] at 1 of 3 points: SGLang cannot verify a budget above 8.",
+        "- \\[2\\] at 1 of 3 points: SGLang cannot verify a budget above 16.",
     ]  # fmt: skip
+    note = run_main(capsys, "--set", "sglang.max_budget=16", "--format", "markdown").out
+    assert "- \\[1\\] SGLang cannot verify a budget above 16.\n" in note
+    assert (  # the list still gives the file's reason, beside the budget it was given for
+        "  - `max_budget` = 16: set by --set sglang.max\\_budget=16; the file said 8 (its verify CUDA graphs fail "
+        "above budget 8 on sm\\_103 (B300), as measured)" in note
+    )
     dotted = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.2", "--set", "sglang.max_budget_source=fails.")
     single = run_main(capsys, "--set", "sglang.max_budget_source=fails.").out  # a reason's own full stop, once
     assert "[1] at 1 of 1 point: SGLang cannot verify a budget above 8: fails.\n" in dotted.out
