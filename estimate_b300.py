@@ -1979,6 +1979,8 @@ def _descend(node: object, segments: PathSegments, i: int) -> tuple[str | int, i
         for j in range(len(segments), i + 1, -1):
             if (joined := format_path(segments[i:j])) in node:  # 'moe_curve.points[1].ms' is one key of ranges
                 return joined, j
+        if segments[:1] == ("ranges",) and i == 1 and documents(str(segments[-1])):  # a new note beside a range
+            return format_path(segments[i:]), len(segments)
     return segments[i], i + 1
 
 

@@ -202,6 +202,9 @@ def test_documentation_keys_are_accepted() -> None:
     doc["ranges"]["native_engine.overhead_cut_note"] = 3
     with pytest.raises(eb.CalibrationError, match="overhead_cut_note: got a number; expected a string"):
         eb.parse_calibration(doc)
+    beside = eb.set_path(default_doc(), eb.parse_path("ranges.native_engine.overhead_cut_note"), "why")  # by --set
+    assert beside["ranges"]["native_engine.overhead_cut_note"] == "why"  # beside the range, as in the file
+    eb.parse_calibration(beside)
 
 
 def test_every_number_in_the_default_calibration_carries_a_source() -> None:
