@@ -4191,6 +4191,11 @@ def _changed_how(report: Report, path: PathSegments) -> str:
     return next((word for start, word in words.items() if option.startswith(start)), "")
 
 
+def _today_basis(report: Report) -> str:
+    """Where today's throughput, the DDTree anchor's, comes from: measured (on B300), or the option that gave it."""
+    return _changed_how(report, ("anchors", "ddtree", "tok_s")) or _measured(report.estimate.calibration)
+
+
 def headline_lines(report: Report) -> list[str]:
     """Three to five lines: today's throughput, the native engine's, the stronger drafter's, how sure, and how
     well the model predicted the logged measurements."""
@@ -4200,10 +4205,8 @@ def headline_lines(report: Report) -> list[str]:
     removed = f"{_apart(100 * cut, 100)}%" if removed == "100%" and cut < 1 else removed  # 99.6%, not 100%
     measured = fixed(report.estimate.decomposition.today.value, ".0f")  # the anchor's tok/s
     accept, how = _value_text(h.today.accept), _changed_how(report, ("anchors", "ddtree", "accept"))
-    basis = _changed_how(report, ("anchors", "ddtree", "tok_s")) or _measured(
-        cal
-    )  # one an option gave is no measurement
-    today = f"Today: {measured} tok/s, {basis} (current drafter on SGLang, accept {accept}{', ' * bool(how)}{how})"
+    today = f"Today: {measured} tok/s, {_today_basis(report)} (current drafter on SGLang, accept {accept}"
+    today += f", {how})" if how else ")"
     if not h.today.measured:  # on another target than the anchors': today's x is over the measured throughput
         today += f"; on {cal.hardware.target.name} the same gives {fixed(h.today.tok_s, '.0f')} tok/s"
     lines = [
@@ -4594,8 +4597,7 @@ def notes(report: Report, style: Style) -> list[str]:
     if report.sweep is None:
         found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
         today = _value_text(est.decomposition.today.value)
-        basis = _changed_how(report, ("anchors", "ddtree", "tok_s")) or _measured(cal)
-        found.append(f"x today: tok/s over today's {today} tok/s, {basis}.")
+        found.append(f"x today: tok/s over today's {today} tok/s, {_today_basis(report)}.")
     else:  # a step is marked [i] at each point where its pipeline cannot run the tree
         size = plural(report.sweep.size, "point")
         found += [f"[{i}] at {n:,} of {size}: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]
