@@ -152,16 +152,6 @@ class CurvePoints(tuple[CurvePoint, ...]):
     def __hash__(self) -> int:
         return self._hash
 
-    def with_points(self, points: dict[int, CurvePoint]) -> "CurvePoints":
-        """These points, those at some places replaced by points of the same M: the batches carry over."""
-        replaced = list(self)
-        for place, point in points.items():
-            assert replaced[place].m == point.m
-            replaced[place] = point
-        new = CurvePoints(replaced)
-        vars(new)["batches"] = self.batches  # where the cached property keeps it
-        return new
-
 
 class MoeCurve(NamedTuple):
     tp: int
@@ -222,15 +212,9 @@ class Measurement(NamedTuple):
         autoregressive run: None, the pipeline and None); measurements alike in this share one step."""
         return self.drafter, self.pipeline, self.budget
 
-    @property
-    def accept_origin(self) -> str:
-        """Where its accept length was given: 'measurements[2].accept', or the --measured option."""
-        return self.origin if self.origin.startswith("--") else f"{self.origin}.accept"
-
-    @property
-    def tok_s_origin(self) -> str:
-        """Where its throughput was given: 'measurements[2].tok_s', or the --measured option."""
-        return self.origin if self.origin.startswith("--") else f"{self.origin}.tok_s"
+    def origin_of(self, key: str) -> str:
+        """Where one of its values was given: 'measurements[2].tok_s', or the --measured option."""
+        return self.origin if self.origin.startswith("--") else f"{self.origin}.{key}"
 
 
 class Range(NamedTuple):
@@ -1374,7 +1358,7 @@ class _Reader:
         return _number(value, path, domain)
 
     def count(self, key: str, low: int = 1) -> int:
-        return int(self.number(key, COUNT if low == 1 else COUNT._replace(low=low)))
+        return int(self.number(key, COUNT._replace(low=low)))
 
     def accept(self, path: str, value: object, block: int, budget: int) -> float:
         if self.domains is not None:
@@ -1470,14 +1454,16 @@ def _reread_points(curve: _Reader, before: MoeCurve, positions: set[int]) -> Moe
         points = [_read_point(curve, i, items[i]) for i in sorted(positions)]
     except CalibrationError:
         return None
-    places: dict[int, CurvePoint] = {}
+    replaced = list(before.points)
     for point in points:
         at = bisect.bisect_left(batches, point.m)
         if at == len(batches) or (batches[at], before.points[at].position) != (point.m, point.position):
             break  # its M changed
-        places[at] = point
+        replaced[at] = point
     else:
-        return before._replace(points=before.points.with_points(places))
+        new = CurvePoints(replaced)
+        vars(new)["batches"] = batches  # every M where it was: the cached property's value carries over
+        return before._replace(points=new)
     moved = sorted([*(p for p in before.points if p.position not in positions), *points])
     if any(a.m == b.m for a, b in itertools.pairwise(moved)):
         return None
@@ -1640,7 +1626,8 @@ def reread(
     changed = list(changed)
     if not (heads := {path[0] for path in changed}) <= SECTIONS.keys():
         return parse_calibration(doc)  # a key outside every section: the full read names it
-    if heads & TREE_SECTIONS and cal.ranges and _on_accept_lengths(cal.ranges) and not _values_only(cal, changed):
+    on_accept = heads & TREE_SECTIONS and cal.ranges and any("accept" in p for p in _range_paths(cal.ranges))
+    if on_accept and not _values_only(cal, changed):
         heads.add("ranges")  # a range's ends on an accept length, checked again against its tree's new limit
     domains = None  # every number's domain, which a range's key is checked against
     if reshaped or "ranges" in heads:
@@ -1668,11 +1655,6 @@ def reread(
 def _range_paths(ranges: tuple[Range, ...]) -> tuple[PathSegments, ...]:
     """The key path of each range, split."""
     return tuple(parse_path(r.path) for r in ranges)
-
-
-def _on_accept_lengths(ranges: tuple[Range, ...]) -> bool:
-    """Whether a range lies on an accept length, whose limit a tree's block and budget set."""
-    return any("accept" in path for path in _range_paths(ranges))
 
 
 def _values_only(cal: Calibration, changed: Iterable[PathSegments]) -> bool:
@@ -1711,7 +1693,7 @@ def _checked(cal: Calibration, read: Container[str]) -> Calibration:
     for m in cal.measurements if any(key in read for key in TREE_SECTIONS) else ():
         block, budget = tree_shape(cal, m)
         if m.accept is not None and not m.accept <= accept_limit(block, budget)[0]:
-            _accept(m.accept, m.accept_origin, block, budget)  # the error, naming the limit
+            _accept(m.accept, m.origin_of("accept"), block, budget)  # the error, naming the limit
     return cal
 
 
@@ -2095,9 +2077,7 @@ def parse_value(text: str, within: int = 0) -> object:
     too_deep = CalibrationError("", f"a value nested more than {MAX_NESTING} deep; expected a calibration value")
     try:
         value = json.loads(text, object_pairs_hook=_each_key_once, parse_float=json_float, parse_int=json_int)
-    except CalibrationError:
-        raise
-    except json.JSONDecodeError:
+    except json.JSONDecodeError:  # not a CalibrationError, a ValueError too, that a hook raised: that goes on
         return text
     except RecursionError:
         raise too_deep from None
@@ -2838,7 +2818,7 @@ def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = N
                 parts[on] = step_parts(dec, drafter_named(cal, m.drafter), kept(engine_on(cal, m.pipeline)))
             if (key := (*on, batch)) not in steps:
                 steps[key] = step(moe_time(cal, batch), parts[on]).step
-            predicted = throughput(given("accept", m.accept or 1.0, "tokens", m.accept_origin), steps[key])
+            predicted = throughput(given("accept", m.accept or 1.0, "tokens", m.origin_of("accept")), steps[key])
         ratio = predicted.value / m.tok_s
         found.append(Prediction(m, block, budget, batch, predicted.value, ratio - 1, math.log(ratio), predicted))
     return tuple(found)
@@ -5098,7 +5078,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out += ["", "Track record: error = predicted / measured - 1"]
         for p in report.track_record:  # each operand to the digits that give the error as printed
             predicted = given("predicted", p.predicted_tok_s, "tok/s")
-            measured = given("measured", p.measurement.tok_s, "tok/s", p.measurement.tok_s_origin)  # as written
+            measured = given("measured", p.measurement.tok_s, "tok/s", p.measurement.origin_of("tok_s"))  # as written
             error = derive("error", "predicted / measured - 1", "%", predicted, measured)
             texts = worked_inputs(error, lambda f: fixed(f.value, "+.1%"))
             error_text = fixed(p.relative_error, "+.1%")
