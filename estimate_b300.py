@@ -320,17 +320,19 @@ def derive(name: str, formula: str, unit: str, *inputs: Figure) -> Figure:
     8.0
     """
     compute = _COMPILED.get(formula) or _compile(formula, inputs)
+    gives = ""  # what the arithmetic gives, where it stops short of a value
     try:
         value = float(compute(inputs))
-    except ArithmeticError:  # a division by zero or an overflow
-        value = math.nan
+    except ArithmeticError as exc:
+        value, gives = math.nan, "divides by 0" if isinstance(exc, ZeroDivisionError) else "overflows"
     if not abs(value) < MAX_FIGURE:  # also NaN
         values = ", ".join(f"{i.name} = {i.value:.4g}" + (f" ({i.path})" if i.path else "") for i in inputs)
         shown = f"{value:.4g}"
         if abs(float(shown)) == MAX_FIGURE:  # a value just past the bound, not rounded onto it
             shown = f"{value:.9g}"
+        gives = gives or f"gives {shown}"
         raise CalibrationError(
-            name, f"{formula} with {values} gives {shown}; expected a finite figure below {MAX_FIGURE:.0e}: "
+            name, f"{formula} with {values} {gives}; expected a finite figure below {MAX_FIGURE:.0e}: "
             "inputs of sensible size"
         )  # fmt: skip
     return Figure(name, value, unit, formula, inputs)

@@ -259,6 +259,10 @@ def test_a_figure_past_its_bound_says_so_in_enough_digits() -> None:
         assert shown in error.value.message and "expected a finite figure below 1e+15" in error.value.message
     with pytest.raises(eb.CalibrationError, match="gives nan;"):
         eb.derive("nothing", "x - x", "", eb.given("x", math.inf))
+    with pytest.raises(eb.CalibrationError, match=r"with accept = 4.4, step = 0 divides by 0; expected a finite"):
+        eb.derive("tok/s", "1000 * accept / step", "tok/s", eb.given("accept", 4.4), eb.given("step", 0.0))
+    with pytest.raises(eb.CalibrationError, match=r"with x = 1e\+300 overflows; expected a finite"):
+        eb.derive("power", "x^2", "", eb.given("x", 1e300))
 
 
 # --- The derivation the model hands over -----------------------------------------------------
