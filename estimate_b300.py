@@ -3400,8 +3400,9 @@ def _roots(
         grid = [domain.low + span * 2.0 ** (k / 8) for k in range(-160, 161)]
     grid = [v for v in grid if v in domain]
     gaps = over_cpus_in_chunks(lambda chunk: [gap(v) for v in chunk], grid, GRID_CHUNK)
-    roots, seen = crossings(gap, [(v, g) for v, g in zip(grid, gaps, strict=True) if g is not None])
-    reached = [m.tok_s * math.exp(g) for g in seen]  # the predicted tok/s over the domain
+    seen = [(v, g) for v, g in zip(grid, gaps, strict=True) if g is not None]
+    roots = crossings(gap, seen)
+    reached = [m.tok_s * math.exp(g) for _, g in seen]  # the predicted tok/s over the domain
     if reached and max(reached) - min(reached) <= 1e-9 * max(reached):
         raise CalibrationError(
             name,
@@ -3418,12 +3419,11 @@ def _roots(
     return sorted(roots, key=lambda v: abs(v - previous)), "bisection"
 
 
-def crossings(gap: Callable[[float], float | None], seen: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
-    """Each sign change of gap between the values seen, (value, gap) in order, narrowed by bisection; and
-    every gap seen.
+def crossings(gap: Callable[[float], float | None], seen: list[tuple[float, float]]) -> list[float]:
+    """Each sign change of gap between the values seen, (value, gap) in order, narrowed by bisection.
 
     >>> f = lambda v: (v - 1) * (v - 3)
-    >>> crossings(f, [(v, f(v)) for v in [0.5 * i for i in range(9)]])[0]
+    >>> crossings(f, [(v, f(v)) for v in [0.5 * i for i in range(9)]])
     [1.0, 3.0]
     """
     roots = [v for v, g in seen if g == 0]
@@ -3434,7 +3434,7 @@ def crossings(gap: Callable[[float], float | None], seen: list[tuple[float, floa
         while a < (mid := (a + b) / 2) < b and (gm := gap(mid)) is not None and gm != 0:
             a, ga, b = (mid, gm, b) if (gm < 0) == (ga < 0) else (a, ga, mid)
         roots.append(mid if gm == 0 else (a + b) / 2)
-    return sorted(roots), [g for _, g in seen]
+    return sorted(roots)
 
 
 def observation(cal: Calibration, given: Throughput, option: str) -> Measurement:
@@ -4272,10 +4272,6 @@ def calibration_section(report: Report, style: Style) -> Section:
     return Section("Calibration", title, body)
 
 
-def _mark(extrapolated: bool) -> str:
-    return "*" if extrapolated else ""
-
-
 def drafter_sections(report: Report, style: Style) -> list[Section]:
     cal, rows = report.estimate.calibration, report.estimate.scenarios
     footnote = _footnotes(rows)
@@ -4288,7 +4284,7 @@ def drafter_sections(report: Report, style: Style) -> list[Section]:
     columns = [
         Column("pipeline", lambda r: PIPELINE_LABELS[r.pipeline].removesuffix(" engine")),
         Column("accept", lambda r: r.accept, "g"),
-        Column("MoE", lambda r: f"{fixed(r.moe_ms, '.2f')}{_mark(r.moe_extrapolated)}", "s"),
+        Column("MoE", lambda r: fixed(r.moe_ms, ".2f") + ("*" if r.moe_extrapolated else ""), "s"),
         Column("ATTN_BASE", lambda r: r.attn_base_ms, ".2f"),
         Column("SPEC", lambda r: r.spec_ms, ".2f"),
         Column("step", lambda r: r.step_ms, ".2f"),
@@ -4457,7 +4453,7 @@ def sweep_section(report: Report, style: Style) -> Section:
         cells: dict[int, object] = {i: _swept_text(v) for i, (_, v) in enumerate(row.values)}
         for (step_at, tok_s_at), (step_ms, extrapolated, tok_s, reason) in zip(places, row.numbers, strict=True):
             cannot = f" [{footnote[reason]}]" if reason else ""
-            cells[step_at], cells[tok_s_at] = f"{fixed(step_ms, '.2f')}{_mark(extrapolated)}{cannot}", tok_s
+            cells[step_at], cells[tok_s_at] = f"{fixed(step_ms, '.2f')}{'*' if extrapolated else ''}{cannot}", tok_s
         rows.append([cells.get(i) for i in range(len(columns))])  # every column is placed: a row of each
     title = f"Sweep: {plural(report.sweep.size, 'point')}"
     return Section("Sweep", title, table(rows, columns, style._replace(width=10**6)))
@@ -4558,7 +4554,7 @@ def sections(report: Report, style: Style) -> list[Section]:
 
 def more_sections(report: Report, style: Style) -> list[Section]:
     """What --all adds, after the chart."""
-    if not style.everything or report.sweep is not None:
+    if not style.everything:  # --all and --sweep are a usage error together
         return []
     parts = [break_even_section(report, style), chain_alpha_section(report, style), *physical_sections(report, style)]
     return parts + ([measurements_section(report, style)] if report.track_record and not report.fit else [])
@@ -4583,7 +4579,7 @@ def notes(report: Report, style: Style) -> list[str]:
     else:  # a step is marked [i] at each point where its pipeline cannot run the tree
         size = plural(report.sweep.size, "point")
         found += [f"[{i}] at {n:,} of {size}: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]
-    if style.everything and report.sweep is None:
+    if style.everything:
         found.append(
             "chain alpha: the per-token acceptance rate a single chain as deep as the block needs for that accept "
             "length, (1 - a^(block+1)) / (1 - a) = accept (Leviathan et al., 2023); a tree reaches it with less."
@@ -4892,15 +4888,11 @@ def scenario_json_text(row: Scenario) -> str:
     return SCENARIO_JSON % tuple([JSON_VALUES.get(type(v), json.dumps)(v) for v in row[: len(SCENARIO_FIELDS)]])
 
 
-MEASUREMENT_FIELDS = ("label", "drafter", "pipeline", "block", "budget", "m", "accept", "tok_s", "predicted_tok_s",
-                      "relative_error", "source")  # fmt: skip
-
-
 def _measurement_json(p: Prediction) -> dict[str, object]:
     m = p.measurement
-    values = (m.label, m.drafter or "autoregressive", m.pipeline, p.block, p.budget, p.m, m.accept, m.tok_s,
-              p.predicted_tok_s, p.relative_error, m.source)  # fmt: skip
-    return dict(zip(MEASUREMENT_FIELDS, values, strict=True))
+    return {"label": m.label, "drafter": m.drafter or "autoregressive", "pipeline": m.pipeline, "block": p.block,
+            "budget": p.budget, "m": p.m, "accept": m.accept, "tok_s": m.tok_s, "predicted_tok_s": p.predicted_tok_s,
+            "relative_error": p.relative_error, "source": m.source}  # fmt: skip
 
 
 def _fit_measurements_json(fit: Fit) -> list[dict[str, object]]:
