@@ -4166,16 +4166,22 @@ def range_texts(report: Report, row: SensitivityRow) -> tuple[str, str, str]:
     return _against(row.value, row.low, row.high, report.estimate.calibration.domains.get(row.path))
 
 
+CHANGED_HOW = {"--solve": "solved", "--fit": "fitted", "--sweep": "swept", "--set": "set"}  # an option, in a word
+DDTREE = ("anchors", "ddtree")  # the DDTree anchor: its tree, accept length and throughput, today's row
+TODAY = (*DDTREE, "tok_s")  # today's throughput
+
+
 def _changed_how(report: Report, path: PathSegments) -> str:
-    """How an option changed a value, in a word ("solved", "fitted", "swept", "set"), or "" where none did."""
-    option = report.changed.get(path, "")
-    words = {"--solve": "solved", "--fit": "fitted", "--sweep": "swept", "--set": "set"}
-    return next((word for start, word in words.items() if option.startswith(start)), "")
+    """How options changed a value, or one inside it, or the object around it, in words ("solved", "set and
+    fitted"), or "" where none did."""
+    options = [o for p, o in report.changed.items() if at_or_inside(p, path) or at_or_inside(path, p)]
+    words = [word for option in options for start, word in CHANGED_HOW.items() if option.startswith(start)]
+    return " and ".join(dict.fromkeys(words))
 
 
-def _today_basis(report: Report) -> str:
-    """Where today's throughput, the DDTree anchor's, comes from: measured (on B300), or the option that gave it."""
-    return _changed_how(report, ("anchors", "ddtree", "tok_s")) or _measured(report.estimate.calibration)
+def _anchor_basis(report: Report, path: PathSegments) -> str:
+    """Where an anchor's figure comes from: measured (on B300), or the options that changed what it rests on."""
+    return _changed_how(report, path) or _measured(report.estimate.calibration)
 
 
 def headline_lines(report: Report) -> list[str]:
@@ -4187,7 +4193,7 @@ def headline_lines(report: Report) -> list[str]:
     removed = f"{_apart(100 * cut, 100)}%" if removed == "100%" and cut < 1 else removed  # 99.6%, not 100%
     measured = fixed(report.estimate.decomposition.today.value, ".0f")  # the anchor's tok/s
     accept, how = _value_text(h.today.accept), _changed_how(report, ("anchors", "ddtree", "accept"))
-    today = f"Today: {measured} tok/s, {_today_basis(report)} (current drafter on SGLang, accept {accept}"
+    today = f"Today: {measured} tok/s, {_anchor_basis(report, TODAY)} (current drafter on SGLang, accept {accept}"
     today += f", {how})" if how else ")"
     if not h.today.measured:  # on another target than the anchors': today's x is over the measured throughput
         today += f"; on {cal.hardware.target.name} the same gives {fixed(h.today.tok_s, '.0f')} tok/s"
@@ -4238,7 +4244,7 @@ def calibration_section(report: Report, style: Style) -> Section:
         return f"{point.basis} point" if point else ("extrapolated" if moe.extrapolated else "interpolated")
 
     basis = {
-        "AR step": _measured(cal), "DDTree step": _measured(cal),
+        "AR step": _anchor_basis(report, ("anchors", "ar_tok_s")), "DDTree step": _anchor_basis(report, DDTREE),
         dec.moe_ar.time.name: curve_basis(dec.moe_ar), dec.moe_ddtree.time.name: curve_basis(dec.moe_ddtree),
     }  # fmt: skip
     figures = (dec.ar_step, dec.moe_ar.time, dec.attn_base, dec.ddtree_step, dec.moe_ddtree.time, dec.spec,
@@ -4279,7 +4285,7 @@ def drafter_sections(report: Report, style: Style) -> list[Section]:
     def basis(row: Scenario) -> str:
         if not row.runnable:
             return f"cannot run{footnote(row)}"
-        return _measured(cal) if row.measured else "estimate"
+        return _anchor_basis(report, DDTREE) if row.measured else "estimate"
 
     columns = [
         Column("pipeline", lambda r: PIPELINE_LABELS[r.pipeline].removesuffix(" engine")),
@@ -4575,7 +4581,7 @@ def notes(report: Report, style: Style) -> list[str]:
     if report.sweep is None:
         found += [f"[{i}] {reason}." for i, reason in enumerate(_reasons(rows), 1)]
         today = _value_text(est.decomposition.today.value)
-        found.append(f"x today: tok/s over today's {today} tok/s, {_today_basis(report)}.")
+        found.append(f"x today: tok/s over today's {today} tok/s, {_anchor_basis(report, TODAY)}.")
     else:  # a step is marked [i] at each point where its pipeline cannot run the tree
         size = plural(report.sweep.size, "point")
         found += [f"[{i}] at {n:,} of {size}: {why}." for i, (why, n) in enumerate(report.sweep.cannot_run, 1)]

@@ -90,6 +90,40 @@ def test_the_headline_calls_no_value_an_option_gave_measured(capsys: pytest.Capt
     assert "Today: 310 tok/s, set (" in flat(run_main(capsys, "--set", "anchors.ddtree.tok_s=310").out)
 
 
+def basis_of(text: str, first: str) -> str:
+    """The basis column of the first table row that starts with `first`: its last words after two spaces."""
+    line = next(line for line in text.splitlines() if line.startswith(first))
+    return line.rsplit("  ", 1)[1].strip()
+
+
+@pytest.mark.parametrize(
+    ("options", "ar_step", "ddtree"),
+    [
+        ((), "measured on B300", "measured on B300"),
+        (("--set", "anchors.ddtree.tok_s=350"), "measured on B300", "set"),
+        (("--set", "anchors.ar_tok_s=150"), "set", "measured on B300"),
+        (("--set", 'anchors.ddtree={"block": 8, "budget": 8, "accept": 4.4, "tok_s": 303}'), "measured on B300", "set"),
+        (("--set", "anchors.ddtree.accept=4", "--solve", "anchors.ddtree.tok_s", "--observed", "current/native=470"),
+         "measured on B300", "set and solved"),
+        (("--sweep", "anchors.ddtree.block=8,9"), None, None),  # a sweep's table has no basis
+    ],
+)  # fmt: skip
+def test_no_row_calls_a_value_an_option_gave_measured(
+    capsys: pytest.CaptureFixture[str], options: tuple[str, ...], ar_step: str | None, ddtree: str | None
+) -> None:
+    """The headline said 'set', and the calibration table and today's row beside it 'measured on B300'."""
+    out = run_main(capsys, *options, "--no-chart").out
+    if ar_step is None:
+        assert "measured on B300" not in out.split("\n", 4)[4]  # below the headline
+        return
+    assert basis_of(out, "AR step") == ar_step
+    assert basis_of(out, "DDTree step") == ddtree
+    assert basis_of(out, "SGLang ") == ddtree  # today's row, the first on SGLang
+    markdown = run_main(capsys, *options, "--format", "markdown").out
+    cells = next(line for line in markdown.splitlines() if line.startswith("| DDTree step ")).split("|")
+    assert cells[-2].strip() == ddtree
+
+
 @pytest.mark.parametrize(("cut", "removed"), [("0.3", "30%"), ("0.004", "0.4%"), ("0.996", "99.6%"), ("0", "0%")])
 def test_the_headline_says_the_cut_the_native_engine_rests_on(
     capsys: pytest.CaptureFixture[str], cut: str, removed: str
