@@ -5283,8 +5283,9 @@ def _check_usage(args: argparse.Namespace) -> None:
         drawn_in = "ascii" if for_chart else encoding
         if _encodes("x", drawn_in) and not _encodes(sample, drawn_in):  # one that encodes nothing fails on output
             told = f"ascii: {encoding} cannot write the chart's blocks" if for_chart else encoding
+            cannot = "--ascii rules out" if args.ascii else f"the output encoding ({told}) cannot show"
             raise usage_error(
-                f"--tablefmt {tablefmt} draws with characters that the output encoding ({told}) cannot show; "
+                f"--tablefmt {tablefmt} draws with characters that {cannot}; "
                 f"choose an ASCII format, e.g. simple or grid{', or --no-chart' if for_chart else ''}"
             )
 
