@@ -3989,7 +3989,7 @@ class Style(NamedTuple):
     def under_title(self) -> str:
         """What goes between a title and its table: a blank line where a reader would take a table right under a
         line of text for more of that paragraph (Markdown, and reST)."""
-        return "\n\n" if self.markdown or self.tablefmt in ("rst", "github", "pipe") else "\n"
+        return "\n\n" if self.markdown or self.tablefmt in ("rst", "github", "pipe", "textile") else "\n"
 
     def wrap(self, text: str, indent: str = "") -> str:
         """A paragraph broken at word boundaries to the width; in Markdown, one escaped line."""
