@@ -5195,10 +5195,16 @@ def build_parser(columns: int) -> _Parser:
     once("--format", choices=RENDERERS, default="table", help="tables, one JSON object, a Markdown document, or CSV")
     once("--tablefmt", metavar="NAME", help="any tabulate format for the tables (default simple), e.g. github")
     flag, _, _ = kinds(parser.add_argument_group("showing the work"))
-    flag("--all", help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, measurements")
+    flag(
+        "--all",
+        help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, measurements "
+        "(JSON, CSV and --explain give them always)",
+    )
     flag("--explain", help="print the derivation, one figure a line, in place of the tables (the table format only; "
                            "no --tablefmt or --sweep)")  # fmt: skip
-    flag("--no-chart", help="leave out the step-time breakdown chart")
+    flag(
+        "--no-chart", help="leave out the step-time breakdown chart (of the tables and Markdown; the others have none)"
+    )
     flag("--ascii", help="plain ASCII output (automatic when the chart is drawn and stdout cannot write its blocks)")
     flag, once, many = kinds(parser.add_argument_group("what-if analysis"))
     many("--set", metavar="KEY.PATH=VALUE", help="override one value (JSON, else a string); repeatable")

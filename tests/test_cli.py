@@ -104,6 +104,24 @@ def test_tablefmt_outside_the_tables_is_a_usage_error(
 
 
 @pytest.mark.parametrize(
+    "args",
+    [
+        ["--format", "json"], ["--format", "csv"], ["--explain"],
+        ["--sweep", "native_engine.overhead_cut=0.2,0.4"],
+        ["--sweep", "native_engine.overhead_cut=0.2,0.4", "--format", "json"],
+    ],
+)  # fmt: skip
+def test_all_and_no_chart_are_taken_where_what_they_ask_is_given(
+    capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    """JSON, CSV and --explain give every section and no chart, a sweep no chart: the README says the two are
+    taken there and change nothing, where --tablefmt, which those cannot honour, is refused."""
+    plain = run_main(capsys, *args)
+    extra = ["--no-chart"] if "--sweep" in args else ["--all", "--no-chart"]
+    assert run_main(capsys, *args, *extra) == plain and plain.code == 0
+
+
+@pytest.mark.parametrize(
     ("args", "told"),
     [
         (["--format", "markdown"], "it takes no --format markdown"),
