@@ -4172,9 +4172,12 @@ TODAY = (*DDTREE, "tok_s")  # today's throughput
 
 
 def _changed_how(report: Report, path: PathSegments) -> str:
-    """How options changed a value, or one inside it, or the object around it, in words ("solved", "set and
-    fitted"), or "" where none did."""
-    options = [o for p, o in report.changed.items() if at_or_inside(p, path) or at_or_inside(path, p)]
+    """How options changed a value, or one inside it (not a text that documents one), or the object around it, in
+    words ("solved", "set and fitted"), or "" where none did."""
+    options = [
+        o for p, o in report.changed.items()
+        if (at_or_inside(p, path) and not documents(str(p[-1]))) or at_or_inside(path, p)
+    ]  # fmt: skip
     words = [word for option in options for start, word in CHANGED_HOW.items() if option.startswith(start)]
     return " and ".join(dict.fromkeys(words))
 
