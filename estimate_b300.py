@@ -2079,7 +2079,7 @@ def parse_value(text: str, within: int = 0) -> object:
     too_deep = CalibrationError("", f"a value nested more than {MAX_NESTING} deep; expected a calibration value")
     try:
         value = json.loads(text, object_pairs_hook=_each_key_once, parse_float=json_float, parse_int=json_int)
-    except json.JSONDecodeError:  # not a CalibrationError, a ValueError too, that a hook raised: that goes on
+    except json.JSONDecodeError:  # not JSON: a plain string (a hook's CalibrationError is no JSONDecodeError)
         return text
     except RecursionError:
         raise too_deep from None
