@@ -3988,7 +3988,7 @@ class Style(NamedTuple):
     @property
     def under_title(self) -> str:
         """What goes between a title and its table: a blank line where a reader would take a table right under a
-        line of text for more of that paragraph (Markdown, and reST)."""
+        line of text for more of that paragraph (Markdown, reST and Textile)."""
         return "\n\n" if self.markdown or self.tablefmt in ("rst", "github", "pipe", "textile") else "\n"
 
     def wrap(self, text: str, indent: str = "") -> str:
@@ -4195,7 +4195,7 @@ def headline_lines(report: Report) -> list[str]:
     removed = fixed(cut, ".0%")
     removed = f"{_apart(100 * cut, 100)}%" if removed == "100%" and cut < 1 else removed  # 99.6%, not 100%
     measured = fixed(report.estimate.decomposition.today.value, ".0f")  # the anchor's tok/s
-    accept, how = _value_text(h.today.accept), _changed_how(report, ("anchors", "ddtree", "accept"))
+    accept, how = _value_text(h.today.accept), _changed_how(report, (*DDTREE, "accept"))
     today = f"Today: {measured} tok/s, {_anchor_basis(report, TODAY)} (current drafter on SGLang, accept {accept}"
     today += f", {how})" if how else ")"
     if not h.today.measured:  # on another target than the anchors': today's x is over the measured throughput
@@ -5198,16 +5198,12 @@ def build_parser(columns: int) -> _Parser:
     once("--format", choices=RENDERERS, default="table", help="tables, one JSON object, a Markdown document, or CSV")
     once("--tablefmt", metavar="NAME", help="any tabulate format for the tables (default simple), e.g. github")
     flag, _, _ = kinds(parser.add_argument_group("showing the work"))
-    flag(
-        "--all",
-        help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, measurements "
-        "(JSON, CSV and --explain give them always)",
-    )
+    flag("--all", help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, "
+                       "measurements (JSON, CSV and --explain give them always)")  # fmt: skip
     flag("--explain", help="print the derivation, one figure a line, in place of the tables (the table format only; "
                            "no --tablefmt or --sweep)")  # fmt: skip
-    flag(
-        "--no-chart", help="leave out the step-time breakdown chart (of the tables and Markdown; the others have none)"
-    )
+    flag("--no-chart", help="leave out the step-time breakdown chart (of the tables and Markdown; the others have "
+                            "none)")  # fmt: skip
     flag("--ascii", help="plain ASCII output (automatic when the chart is drawn and stdout cannot write its blocks)")
     flag, once, many = kinds(parser.add_argument_group("what-if analysis"))
     many("--set", metavar="KEY.PATH=VALUE", help="override one value (JSON, else a string); repeatable")
