@@ -708,11 +708,11 @@ class BreakEven(NamedTuple):
     figures: tuple[Figure, ...]
 
 
-def ar_tok_s(cal: Calibration, dec: Decomposition, pipeline: str) -> Figure:
-    """Autoregressive decoding on a pipeline, on the target; on SGLang on the GPU the anchors were measured on, it
-    gives back the measured ar_tok_s."""
-    k, moe_1 = kept(engine_on(cal, pipeline)), moe_time(cal, 1).time  # on the target
-    return derive("AR tok/s", "1000 / (MoE(1) + kept * ATTN_BASE)", "tok/s", moe_1, k, dec.attn_base)
+def ar_tok_s(cal: Calibration, dec: Decomposition, pipeline: str, moe_1: MoeTime | None = None) -> Figure:
+    """Autoregressive decoding on a pipeline, on the target, or at another MoE(1) (the anchors', see predictions);
+    on SGLang on the GPU the anchors were measured on, it gives back the measured ar_tok_s."""
+    k, moe = kept(engine_on(cal, pipeline)), (moe_1 or moe_time(cal, 1)).time
+    return derive("AR tok/s", f"1000 / ({moe.name} + kept * ATTN_BASE)", "tok/s", moe, k, dec.attn_base)
 
 
 def break_even(cal: Calibration, dec: Decomposition, rows: tuple[Scenario, ...]) -> tuple[BreakEven, ...]:
@@ -2802,8 +2802,10 @@ class Prediction(NamedTuple):
 
 
 def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = None) -> tuple[Prediction, ...]:
-    """Every measurement (by default the calibration's) with the model's prediction for it."""
+    """Every measurement (by default the calibration's) with the model's prediction for it, on the GPU it was
+    taken on: where the anchors were, at the MoE time they are split at (split_on), not the target's."""
     dec, found = decompose(cal), []
+    taken_on = split_on(cal.hardware, cal.anchors)  # None: the target, where the anchors are split
     ar: dict[str, Figure] = {}  # the AR tok/s on each pipeline, once
     parts: dict[tuple[str, str], tuple[Figure, Figure]] = {}  # each drafter's parts on each pipeline, once
     steps: dict[tuple[str, str, int], Figure] = {}  # each drafter's step on each pipeline at each M, once
@@ -2811,7 +2813,7 @@ def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = N
         if m.drafter is None:
             block, budget, batch = None, None, 1
             if m.pipeline not in ar:
-                ar[m.pipeline] = ar_tok_s(cal, dec, m.pipeline)
+                ar[m.pipeline] = ar_tok_s(cal, dec, m.pipeline, dec.moe_ar)
             predicted = ar[m.pipeline]
         else:
             (block, budget), on = tree_shape(cal, m), (m.drafter, m.pipeline)
@@ -2819,7 +2821,8 @@ def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = N
             if on not in parts:
                 parts[on] = step_parts(dec, drafter_named(cal, m.drafter), kept(engine_on(cal, m.pipeline)))
             if (key := (*on, batch)) not in steps:
-                steps[key] = step(moe_time(cal, batch), parts[on]).step
+                moe = _moe_time(cal.hardware, cal.model, cal.moe_curve, batch, taken_on)
+                steps[key] = step(moe, parts[on]).step
             predicted = throughput(given("accept", m.accept or 1.0, "tokens", m.origin_of("accept")), steps[key])
         ratio = predicted.value / m.tok_s
         found.append(Prediction(m, block, budget, batch, predicted.value, ratio - 1, math.log(ratio), predicted))
@@ -3466,7 +3469,8 @@ def accept_to_meet(cal: Calibration, spec: ScenarioSpec, m: Measurement) -> str:
     """Why --solve does not vary a stronger-drafter accept length for an observation of that drafter, and the
     accept length at which the observed scenario's step gives the observed tok/s."""
     row, tok_s = scenario_for(cal, spec, "--observed"), _describe(m.tok_s)
-    accept = accept_needed(m.tok_s, row.step_ms).value
+    step_ms = predictions(cal, [m])[0].figure.inputs[1].value  # 1000 * accept / step: on the GPU it was taken on
+    accept = accept_needed(m.tok_s, step_ms).value
     limit, bound = accept_limit(row.block, row.budget)
     named = spec.accept is not None
     at = f"the accept length it names, {row.accept:g}" if named else f"its default accept length, {row.accept:g}"
@@ -3474,7 +3478,7 @@ def accept_to_meet(cal: Calibration, spec: ScenarioSpec, m: Measurement) -> str:
     cannot = f"; and {row.not_runnable_reason}" if row.not_runnable_reason else ""
     return (
         f"{m.label} is observed at {at}, whatever the list holds, and its step does not depend on it: the accept "
-        f"length at which it gives {tok_s} tok/s is tok/s * step / 1000 = {tok_s} * {row.step_ms:.6g} / 1000 = "
+        f"length at which it gives {tok_s} tok/s is tok/s * step / 1000 = {tok_s} * {step_ms:.6g} / 1000 = "
         f"{accept:.6g}{outside}{cannot}; expected an assumption the step rests on"
     )
 
@@ -4187,6 +4191,13 @@ def _anchor_basis(report: Report, path: PathSegments) -> str:
     return _changed_how(report, path) or _measured(report.estimate.calibration)
 
 
+def _taken_on(report: Report) -> str:
+    """' on B300' where measurements are predicted on the GPU the anchors were measured on, another than the target
+    (see predictions); else ''."""
+    elsewhere = report.estimate.calibration.anchors.elsewhere
+    return f" on {elsewhere.name}" if elsewhere and report.estimate.decomposition.anchors_ratio else ""
+
+
 def headline_lines(report: Report) -> list[str]:
     """Three to five lines: today's throughput, the native engine's, the stronger drafter's, how sure, and how
     well the model predicted the logged measurements."""
@@ -4229,7 +4240,8 @@ def headline_lines(report: Report) -> list[str]:
         error = report.track_record_rms or 0.0
         logged = f"the {plural(len(record), 'measurement')}"
         lines.append(
-            f"Track record: the model predicts {logged}{at} within {fixed(error, '.1%', deviation=True)} RMS (worst: "
+            f"Track record: the model predicts {logged}{_taken_on(report)}{at} within "
+            f"{fixed(error, '.1%', deviation=True)} RMS (worst: "
             f"{worst.measurement.label}, {fixed(worst.relative_error, '+.1%')})."
         )
     return lines
@@ -4473,8 +4485,9 @@ def solve_section(report: Report, style: Style) -> Section:
     assert sol is not None
     (found,), (seen,) = sol.values, sol.before
     title = (
-        f"Solved: {found.path} = {found.text} (was {found.previous_text}) brings {seen.measurement.label} to the "
-        f"observed {_describe(seen.measurement.tok_s)} tok/s; {sol.method}. Every figure below uses it."
+        f"Solved: {found.path} = {found.text} (was {found.previous_text}) brings "
+        f"{seen.measurement.label}{_taken_on(report)} to the observed {_describe(seen.measurement.tok_s)} tok/s; "
+        f"{sol.method}. Every figure below uses it."
     )
     others = ", ".join(number_text(v, found.domain) for v in sol.other_roots)
     return Section(
@@ -4522,7 +4535,9 @@ def fit_section(report: Report, style: Style) -> Section:
         key += "; left out: the residual when the fit is made without that measurement (empty where it cannot be)"
     if fit.other_roots:
         key += f"; other values fit too: {', '.join(f'{v:.6g}' for v in fit.other_roots)} (not monotonic in it)"
-    caption = style.wrap("Each measurement, as the model predicts it with the values before and after the fit:")
+    caption = style.wrap(
+        f"Each measurement, as the model predicts it{_taken_on(report)} with the values before and after the fit:"
+    )
     caption += style.under_title  # a title above its table, as a section's is
     body = (
         f"{table(fit.values, values, style)}\n\n{caption}{table(rows, measurements, style)}\n\n{style.wrap(key + '.')}"
@@ -4543,8 +4558,8 @@ def measurements_section(report: Report, style: Style) -> Section:
     ]
     error = report.track_record_rms or 0.0
     title = (
-        f"Measurements: the model's track record, {fixed(error, '.1%', deviation=True)} RMS; tok/s measured and "
-        "predicted, error = predicted / measured - 1"
+        f"Measurements: the model's track record{_taken_on(report)}, {fixed(error, '.1%', deviation=True)} RMS; "
+        "tok/s measured and predicted, error = predicted / measured - 1"
     )
     return Section("Measurements", title, table(report.track_record, columns, style))
 
@@ -5078,7 +5093,7 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         out += ["", name + rest, *earlier.values(), *new] if new else []
         shown.update(dict.fromkeys(new, name))
     if report.track_record:
-        out += ["", "Track record: error = predicted / measured - 1"]
+        out += ["", f"Track record{_taken_on(report)}: error = predicted / measured - 1"]
         for p in report.track_record:  # each operand to the digits that give the error as printed
             predicted = given("predicted", p.predicted_tok_s, "tok/s")
             measured = given("measured", p.measurement.tok_s, "tok/s", p.measurement.origin_of("tok_s"))  # as written

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "estimate_b300.py"
 DEFAULT_CALIBRATION = ROOT / "calibration.json"
 GOLDEN = Path(__file__).parent / "golden"
+MEASURED = Path(__file__).parent / "data" / "measured.json"  # the README's example log of measurements
 _DEFAULT_DOC = json.loads(DEFAULT_CALIBRATION.read_text())
 
 

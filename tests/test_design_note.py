@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, assert_clean_error, default_doc, flat, run_main, run_script
+from conftest import MEASURED, ROOT, assert_clean_error, default_doc, flat, run_main, run_script
 
 import estimate_b300 as eb
 
@@ -440,6 +440,34 @@ def test_another_target_keeps_the_anchors_overhead_and_takes_its_own_moe(capsys:
     )
     assert today_line in flat(table)
     assert "anchors' MoE(9)" in table and "split at its ratio 8 / 1.8 TB/s = 4.444x" in flat(table)
+
+
+def test_measurements_are_predicted_where_the_anchors_were_measured(capsys: pytest.CaptureFixture[str]) -> None:
+    """Logged on B300 as the anchors were, they were predicted on H200: a fit of the cut to them gave 0.4071 there,
+    0.3158 on B300. Given B300's bandwidth, they are predicted on B300, fitted and solved there, and the output says
+    so; without it, the anchors and they alike are read as the target's (0.3598)."""
+    logged = ("--calibration", str(MEASURED), "--fit", "native_engine.overhead_cut", "--format", "json")
+    b300 = run_main(capsys, *logged).json()
+    elsewhere = ("--set", "anchors.measured_on_mem_bandwidth_tb_s=8")
+    h200 = run_main(capsys, *logged, *H200, *elsewhere).json()
+    assert h200["fit"]["values"][0] == pytest.approx(b300["fit"]["values"][0], rel=1e-9)
+    assert round(b300["fit"]["values"][0], 4) == 0.3158
+    for mine, theirs in zip(h200["fit"]["measurements"], b300["fit"]["measurements"], strict=True):
+        assert mine["predicted_tok_s"] == pytest.approx(theirs["predicted_tok_s"], rel=1e-12)
+    as_if_here = run_main(capsys, *logged, *H200).json()["fit"]["values"][0]  # the anchors too
+    assert round(as_if_here, 4) == 0.3598
+    table = flat(run_main(capsys, "--calibration", str(MEASURED), *H200, *elsewhere, "--all").out)
+    assert "Track record: the model predicts the 4 measurements on B300 within" in table
+    assert "Measurements: the model's track record on B300," in table
+    explained = run_main(capsys, "--calibration", str(MEASURED), *H200, *elsewhere, "--explain").out
+    assert "Track record on B300: error" in explained and "anchors' MoE(17) = curve(17) / anchors' ratio" in explained
+    solved = flat(run_main(capsys, *H200, *elsewhere, "--solve", "native_engine.overhead_cut", "--observed",
+                           "current/native=470").out)  # fmt: skip
+    assert "brings current/native@4.4 on B300 to the observed 470 tok/s" in solved
+    assert "native_engine.overhead_cut = 0.411785 (was 0.4)" in solved  # as on B300
+    stronger = run_main(capsys, *H200, *elsewhere, "--solve", "stronger_drafter.accept[1]", "--observed",
+                        "stronger/native=900")  # fmt: skip
+    assert_clean_error(stronger, "is tok/s * step / 1000 = 900 * 14.7311 / 1000 = 13.258;")  # B300's step
 
 
 def test_the_anchors_bandwidth_is_used_only_for_another_target(capsys: pytest.CaptureFixture[str]) -> None:

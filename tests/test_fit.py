@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Run, assert_clean_error, counting, default_doc, flat, on_cpus, run_main
+from conftest import MEASURED, Run, assert_clean_error, counting, default_doc, flat, on_cpus, run_main
 
 import estimate_b300 as eb
 
-EXAMPLE = ROOT / "tests" / "data" / "measured.json"
 CURVE = [(1, 1.15), (9, 8.85), (32, 23.8)]  # the shipped MoE curve: (M, ms on the reference GPU)
 
 
@@ -97,7 +96,7 @@ def run_with(capsys: pytest.CaptureFixture[str], write: Callable[..., Path], doc
 
 def test_the_shipped_calibration_logs_no_measurement_and_the_example_is_it_plus_four() -> None:
     """Only real measurements ship; the README's example must not drift from the shipped calibration."""
-    shipped, example = default_doc(), json.loads(EXAMPLE.read_text())
+    shipped, example = default_doc(), json.loads(MEASURED.read_text())
     assert shipped["measurements"] == []
     assert len(example.pop("measurements")) == 4
     assert {k: v for k, v in example.items() if k != "note"} == {
@@ -107,8 +106,8 @@ def test_the_shipped_calibration_logs_no_measurement_and_the_example_is_it_plus_
 
 
 def test_predictions_match_the_model_written_out(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = json.loads(EXAMPLE.read_text())
-    report = run_main(capsys, "--calibration", str(EXAMPLE), "--format", "json").json()
+    doc = json.loads(MEASURED.read_text())
+    report = run_main(capsys, "--calibration", str(MEASURED), "--format", "json").json()
     rows = report["measurements"]
     assert [r["label"] for r in rows] == ["native b8", "native b16", "native b12", "native AR"]
     for row, entry in zip(rows, doc["measurements"], strict=True):
@@ -128,18 +127,18 @@ def test_predictions_match_the_model_written_out(capsys: pytest.CaptureFixture[s
 
 
 def test_the_focused_default_gives_the_track_record_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = json.loads(EXAMPLE.read_text())
+    doc = json.loads(MEASURED.read_text())
     errors = [by_hand(0.4, 8.0, m) / m["tok_s"] - 1 for m in doc["measurements"]]
     rms = math.sqrt(sum(e * e for e in errors) / 4)  # 11.7% on the example: the shipped cut of 0.4 is too deep
     worst = max(range(4), key=lambda i: abs(errors[i]))
-    out = run_main(capsys, "--calibration", str(EXAMPLE)).out
+    out = run_main(capsys, "--calibration", str(MEASURED)).out
     line = " ".join(out[out.index("Track record:") :].split("\n\n")[0].split())
     assert line == (
         f"Track record: the model predicts the 4 measurements within {rms:.1%} RMS (worst: "
         f"{doc['measurements'][worst]['label']}, {errors[worst]:+.1%})."
     )
     assert "Measurements:" not in out and "the measurements table" in flat(out)  # the footer names what --all adds
-    everything = run_main(capsys, "--calibration", str(EXAMPLE), "--all").out
+    everything = run_main(capsys, "--calibration", str(MEASURED), "--all").out
     table = everything[everything.index("Measurements:") :]
     assert "native AR 1 190.0 216.7 +14.1% illustrative" in flat(table)
     assert run_main(capsys).out.count("Track record") == 0  # nothing logged, nothing said
@@ -180,7 +179,7 @@ def test_the_provenance_line_says_what_was_measured_and_fitted_or_solved(capsys:
 
 def test_a_sweep_gives_no_track_record(capsys: pytest.CaptureFixture[str]) -> None:
     """Its predictions would be of the calibration under the sweep, which no point uses (cut 0.4 here)."""
-    args = ["--calibration", str(EXAMPLE), "--sweep", "native_engine.overhead_cut=0.2,0.3"]
+    args = ["--calibration", str(MEASURED), "--sweep", "native_engine.overhead_cut=0.2,0.3"]
     doc = run_main(capsys, *args, "--format", "json").json()
     assert doc["measurements"] == [] and doc["measurements_rms_relative_error"] is None and len(doc["sweep"]) == 2
     assert "\n\n" not in run_main(capsys, *args, "--format", "csv").out  # no second table
@@ -213,14 +212,14 @@ def test_a_value_found_far_from_its_value_before_warns_when_no_range_holds_it(
 
 
 def test_csv_gives_the_measurements_as_a_second_table(capsys: pytest.CaptureFixture[str]) -> None:
-    text = run_main(capsys, "--calibration", str(EXAMPLE), "--format", "csv").out
+    text = run_main(capsys, "--calibration", str(MEASURED), "--format", "csv").out
     scenarios, measurements = text.split("\n\n")
     assert len(list(csv.DictReader(io.StringIO(scenarios)))) == 8
     rows = list(csv.DictReader(io.StringIO(measurements)))
     assert [r["label"] for r in rows] == ["native b8", "native b16", "native b12", "native AR"]
     assert list(rows[0])[: len(MEASUREMENT_KEYS)] == MEASUREMENT_KEYS
     assert rows[3]["block"] == "" and rows[3]["drafter"] == "autoregressive"
-    fitted = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "csv").out.split("\n\n")[1]
+    fitted = run_main(capsys, "--calibration", str(MEASURED), *FIT, "--format", "csv").out.split("\n\n")[1]
     row = next(csv.DictReader(io.StringIO(fitted)))
     assert float(row["predicted_after"]) == float(row["predicted_tok_s"]) != float(row["predicted_before"])
     assert math.log(float(row["predicted_after"]) / float(row["tok_s"])) == pytest.approx(float(row["residual"]))
@@ -255,7 +254,7 @@ def test_a_prediction_rests_on_its_drafter_pipeline_and_budget_not_its_block(
 
 
 def test_explain_shows_each_prediction_and_its_error(capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_main(capsys, "--calibration", str(EXAMPLE), "--explain").out
+    out = run_main(capsys, "--calibration", str(MEASURED), "--explain").out
     assert "Measurement native b16 (measurements[1]): 414 tok/s measured" in out
     assert "tok/s = 1000 * accept / step = 1000 * 4.9 / " in out
     assert "  native AR: 216.7 / 190 - 1 = +14.1%" in out
@@ -742,13 +741,13 @@ def test_leave_one_out_is_null_where_the_rest_cannot_make_the_fit(capsys: pytest
 
 
 def test_fit_output_in_every_format(capsys: pytest.CaptureFixture[str]) -> None:
-    table = run_main(capsys, "--calibration", str(EXAMPLE), *FIT).out
+    table = run_main(capsys, "--calibration", str(MEASURED), *FIT).out
     assert all(len(line) <= 80 for line in table.splitlines())
     assert "Fit of 2 values to 4 measurements: least squares of ln tok/s (Levenberg-Marquardt)" in " ".join(
         table.split()
     )
     assert "at the fitted values within 0.8% RMS" in " ".join(table.split())
-    doc = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "json").json()
+    doc = run_main(capsys, "--calibration", str(MEASURED), *FIT, "--format", "json").json()
     fit = doc["fit"]
     assert {"paths", "values", "previous", "rms_before", "rms_after", "measurements", "warnings"} <= fit.keys()
     assert fit["paths"] == ["native_engine.overhead_cut", "hardware.target.mem_bandwidth_tb_s"]
@@ -760,12 +759,12 @@ def test_fit_output_in_every_format(capsys: pytest.CaptureFixture[str]) -> None:
     native = next(s for s in doc["scenarios"] if (s["drafter"], s["pipeline"]) == ("current", "native"))
     assert native["tok_s"] == pytest.approx(by_hand(cut, bandwidth, {"pipeline": "native", "accept": 4.4}))
     assert doc["measurements"][0]["predicted_tok_s"] == fit["measurements"][0]["predicted_after"]
-    explain = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--explain").out
+    explain = run_main(capsys, "--calibration", str(MEASURED), *FIT, "--explain").out
     method = "least squares of ln tok/s (Levenberg-Marquardt)"
     assert f"native_engine.overhead_cut = {cut:.6g}: fitted to 4 measurements, was 0.4; {method}\n" in explain
     # a range's low end just above the value found: the table keeps the digits that tell them apart
     just_above = ["--set", "ranges.native_engine.overhead_cut.low=0.3166433"]
-    table = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, *just_above).out
+    table = run_main(capsys, "--calibration", str(MEASURED), *FIT, *just_above).out
     assert re.search(r"\nnative_engine\.overhead_cut +0\.4 +0\.3166432 +0\.3166433 to 0\.6\n", table), cut
 
 
@@ -776,7 +775,7 @@ def test_a_fit_from_any_start_in_the_domain_lands_on_the_same_value(
     """A value at 0 still moves the predictions: the fit starts there like anywhere else."""
     fitted = []
     for args in ([], ["--set", f"{FIT[1]}={start}"]):
-        run = run_main(capsys, "--calibration", str(EXAMPLE), "--fit", FIT[1], *args, "--format", "json")
+        run = run_main(capsys, "--calibration", str(MEASURED), "--fit", FIT[1], *args, "--format", "json")
         assert run.code == 0, run.err
         fitted.append(json.loads(run.out)["fit"]["values"][0])
     assert fitted[1] == pytest.approx(fitted[0], abs=1e-6)
@@ -787,7 +786,7 @@ def test_a_relative_range_follows_the_fitted_value(
     capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
 ) -> None:
     """As after --set: 0.5 around the fitted cut of 0.3158. Where the range cannot follow, the band is lost."""
-    doc = json.loads(EXAMPLE.read_text())
+    doc = json.loads(MEASURED.read_text())
     doc["ranges"]["native_engine.overhead_cut"] = {"relative": 0.5, "source": "half either way"}
     path = str(write_calibration(doc))
     run = run_main(capsys, "--calibration", path, "--fit", FIT[1], "--sensitivity", "--format", "json")
@@ -861,16 +860,16 @@ def test_solve_runs_on_the_fit_and_shows_the_track_record_at_the_solved_value(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = ["--solve", "native_engine.overhead_cut", "--observed", "current/native=463", "--format", "json"]
-    doc = run_main(capsys, "--calibration", str(EXAMPLE), *args).json()
+    doc = run_main(capsys, "--calibration", str(MEASURED), *args).json()
     assert set(doc["solve"]) == {"path", "value", "previous", "observed", "scenario", "method", "other_values"}
     assert "fit" not in doc
     cut = doc["solve"]["value"]
-    example = json.loads(EXAMPLE.read_text())["measurements"]
+    example = json.loads(MEASURED.read_text())["measurements"]
     for row, m in zip(doc["measurements"], example, strict=True):
         assert row["predicted_tok_s"] == pytest.approx(by_hand(cut, 8.0, m), rel=1e-12)
-    table = run_main(capsys, "--calibration", str(EXAMPLE), *args[:-2]).out
+    table = run_main(capsys, "--calibration", str(MEASURED), *args[:-2]).out
     assert "Track record: the model predicts the 4 measurements at the solved value" in " ".join(table.split())
-    explain = run_main(capsys, "--calibration", str(EXAMPLE), *args[:-2], "--explain").out
+    explain = run_main(capsys, "--calibration", str(MEASURED), *args[:-2], "--explain").out
     method = "closed form (the step is linear in it)"
     assert doc["solve"]["method"] == method
     solved = f"native_engine.overhead_cut = {cut:.6g}: solved so that current/native@4.4 = 463 tok/s; {method}"
@@ -914,7 +913,7 @@ def test_a_calibration_that_fails_only_for_its_measurements_is_a_clean_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The anchors conflict; the fit computes first and must say so, not fail on its own assertion."""
-    run = run_main(capsys, "--calibration", str(EXAMPLE), "--set", "anchors.ddtree.tok_s=500", "--fit", FIT[1])
+    run = run_main(capsys, "--calibration", str(MEASURED), "--set", "anchors.ddtree.tok_s=500", "--fit", FIT[1])
     assert_clean_error(run, "anchors.ddtree.tok_s: the measured anchors conflict")
 
 
@@ -944,7 +943,7 @@ def test_a_label_with_control_characters_stays_on_one_line_everywhere(
 
 def test_leave_one_out_is_null_where_nothing_else_depends_on_the_value(capsys: pytest.CaptureFixture[str]) -> None:
     """Only the AR run depends on ar_tok_s (ATTN_BASE + SPEC is fixed by the DDTree anchor)."""
-    doc = run_main(capsys, "--calibration", str(EXAMPLE), "--fit", "anchors.ar_tok_s", "--format", "json").json()
+    doc = run_main(capsys, "--calibration", str(MEASURED), "--fit", "anchors.ar_tok_s", "--format", "json").json()
     loo = [m["loo_residual"] for m in doc["fit"]["measurements"]]
     assert loo[3] is None and all(v is not None for v in loo[:3])
     assert doc["warnings"][0] == (
@@ -955,7 +954,7 @@ def test_leave_one_out_is_null_where_nothing_else_depends_on_the_value(capsys: p
 
 def test_leave_one_out_stops_at_its_budget(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(eb, "MAX_LOO_EVALUATIONS", 30)
-    run = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "json")
+    run = run_main(capsys, "--calibration", str(MEASURED), *FIT, "--format", "json")
     loo = [m["loo_residual"] for m in run.json()["fit"]["measurements"]]
     stopped = re.search(r"leave-one-out stopped after (\d) of 4 refits, .* the residuals of the last (\d) measurements "
                         r"are null \(fit fewer values or fewer measurements to have them all\)", run.err)  # fmt: skip
@@ -990,10 +989,12 @@ def test_smaller_holes_in_the_log(capsys: pytest.CaptureFixture[str], write_cali
     assert_clean_error(run_main(capsys, "--measured", "stronger/native=900"), told)
     assert_clean_error(run_main(capsys, *["--measured", "ar/native=190"] * 600), "1,200 arguments; expected at most")
     # an entry from the command line is named by its option, in warnings and in --explain, not by its list place
-    sglang = run_main(capsys, "--calibration", str(EXAMPLE), "--measured", "stronger/sglang@12=500")
+    sglang = run_main(capsys, "--calibration", str(MEASURED), "--measured", "stronger/sglang@12=500")
     told = "--measured stronger/sglang@12=500: stronger/sglang@12 is a measurement on SGLang, but SGLang cannot verify"
     assert sglang.code == 0 and sglang.err.count("\n") == 1 and told in sglang.err
-    explained = run_main(capsys, "--calibration", str(EXAMPLE), "--measured", "stronger/sglang@12=500", "--explain").out
+    explained = run_main(
+        capsys, "--calibration", str(MEASURED), "--measured", "stronger/sglang@12=500", "--explain"
+    ).out
     assert "accept = 12 (--measured stronger/sglang@12=500)\n" in explained
 
 
@@ -1018,9 +1019,9 @@ def test_an_observation_or_a_study_of_a_run_sglang_cannot_make_is_told(capsys: p
 
 
 def test_csv_rows_name_the_fitted_values(capsys: pytest.CaptureFixture[str]) -> None:
-    text = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "csv").out.split("\n\n")[0]
+    text = run_main(capsys, "--calibration", str(MEASURED), *FIT, "--format", "csv").out.split("\n\n")[0]
     row = next(csv.DictReader(io.StringIO(text)))
-    fitted = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "json").json()["fit"]["values"]
+    fitted = run_main(capsys, "--calibration", str(MEASURED), *FIT, "--format", "json").json()["fit"]["values"]
     assert [float(row[FIT[1]]), float(row[FIT[3]])] == fitted
     assert list(row)[:2] == [FIT[1], FIT[3]]
 
@@ -1029,7 +1030,7 @@ def test_leave_one_out_past_its_budget_with_one_left_says_one(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(eb, "MAX_LOO_EVALUATIONS", 1200)  # the third refit takes the count past it
-    run = run_main(capsys, "--calibration", str(EXAMPLE), *FIT, "--format", "json")
+    run = run_main(capsys, "--calibration", str(MEASURED), *FIT, "--format", "json")
     assert "leave-one-out stopped after 3 of 4 refits" in run.err
     assert "; the residual of the last one is null (fit fewer values or fewer measurements" in run.err
     assert [m["loo_residual"] is None for m in run.json()["fit"]["measurements"]] == [False, False, False, True]

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 import pytest
 from conftest import (
     DEFAULT_CALIBRATION,
+    MEASURED,
     ROOT,
     SCRIPT,
     Run,
@@ -230,7 +231,7 @@ def test_a_newline_in_calibration_text_stays_on_its_line(
     capsys: pytest.CaptureFixture[str], write_calibration: Any, fmt: list[str]
 ) -> None:
     """A name, a source or a label shows its newline as \\n in every format and never breaks a line."""
-    doc: object = json.loads((ROOT / "tests" / "data" / "measured.json").read_text())
+    doc: object = json.loads(MEASURED.read_text())
     for path, text in NEWLINES.items():
         doc = eb.set_path(doc, eb.parse_path(path), text)
     run = run_main(capsys, "--calibration", str(write_calibration(doc)), *fmt)

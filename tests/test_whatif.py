@@ -12,7 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, assert_clean_error, counting, default_doc, default_estimate, find, flat, on_cpus, run_main
+from conftest import (
+    MEASURED,
+    assert_clean_error,
+    counting,
+    default_doc,
+    default_estimate,
+    find,
+    flat,
+    on_cpus,
+    run_main,
+)
 
 import estimate_b300 as eb
 
@@ -141,7 +151,7 @@ def test_a_range_on_a_curve_point_is_set_and_swept_by_its_key(
     assert (row["low"], row["high"]) == pytest.approx((8.85 * 0.8, 8.85 * 1.2), rel=1e-12)
     run = run_main(capsys, "--calibration", path, "--sweep", "ranges.moe_curve.points[1].ms.relative=0.1,0.3")
     assert_clean_error(run, "ranges.moe_curve.points[1].ms.relative: a range (for the band and --sensitivity) moves no")
-    run = run_main(capsys, "--calibration", str(ROOT / "tests/data/measured.json"), "--sweep",
+    run = run_main(capsys, "--calibration", str(MEASURED), "--sweep",
                    "measurements[0].tok_s=400,410")  # fmt: skip
     for documents in ("note=a,b", "stronger_drafter.accept_source=a,b", "sglang.max_budget_source=a,b"):
         told = "a text that documents a value moves no scenario, and a sweep shows only scenarios"
@@ -1163,7 +1173,7 @@ def test_a_range_on_a_logged_measurement_is_refused(
     capsys: pytest.CaptureFixture[str], write_calibration: Callable[..., Path]
 ) -> None:
     """As --fit refuses it: a measurement moves no estimate."""
-    doc = json.loads((ROOT / "tests" / "data" / "measured.json").read_text())
+    doc = json.loads(MEASURED.read_text())
     doc["ranges"] = {"measurements[0].tok_s": {"relative": 0.03, "source": "x"}}
     run = run_main(capsys, "--calibration", str(write_calibration(doc)), "--sensitivity")
     assert_clean_error(run, "ranges.measurements[0].tok_s: is in `measurements`, not an assumption of the model")
