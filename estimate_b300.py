@@ -4186,6 +4186,11 @@ def _changed_how(report: Report, path: PathSegments) -> str:
     return " and ".join(dict.fromkeys(words))
 
 
+def point_basis(report: Report, point: CurvePoint) -> str:
+    """A curve point's basis ("measured", "inferred", "assumed"), or how options changed its time ("set")."""
+    return _changed_how(report, ("moe_curve", "points", point.position, "ms")) or point.basis
+
+
 def _anchor_basis(report: Report, path: PathSegments) -> str:
     """Where an anchor's figure comes from: measured (on B300), or the options that changed what it rests on."""
     return _changed_how(report, path) or _measured(report.estimate.calibration)
@@ -4256,7 +4261,9 @@ def calibration_section(report: Report, style: Style) -> Section:
         point = next((p for p in cal.moe_curve.points if p.m == moe.m), None)
         if est.experts_fit:
             return "experts fit"
-        return f"{point.basis} point" if point else ("extrapolated" if moe.extrapolated else "interpolated")
+        return (
+            f"{point_basis(report, point)} point" if point else "extrapolated" if moe.extrapolated else "interpolated"
+        )
 
     basis = {
         "AR step": _anchor_basis(report, ("anchors", "ar_tok_s")), "DDTree step": _anchor_basis(report, DDTREE),
@@ -4387,6 +4394,7 @@ def physical_sections(report: Report, style: Style) -> list[Section]:
         ]
     ref, tgt = cal.hardware.reference, cal.hardware.target
     expert, layers = roofline_figure(roof, "expert MB"), roofline_figure(roof, "MoE layers")
+    points = {p.m: p for p in cal.moe_curve.points}  # each M once
     shared = ", shared expert included at 16 bits" if model.curve_includes_shared_expert else ""
     title = (
         f"Physical cross-check, under uniform routing (each token picks {model.experts_per_token} of "
@@ -4396,7 +4404,7 @@ def physical_sections(report: Report, style: Style) -> list[Section]:
     )
     columns = [
         Column("M", lambda p: p.m, "d"),
-        Column("basis", lambda p: p.basis),
+        Column("basis", lambda p: point_basis(report, points[p.m])),
         Column("curve ms", lambda p: f"{p.ms:g}", "s"),
         Column("experts", lambda p: p.distinct_experts, ".1f"),
         Column("GB per GPU", lambda p: p.bytes_per_gpu / 1e9, ".2f"),

@@ -125,6 +125,26 @@ def test_no_row_calls_a_value_an_option_gave_measured(
     assert cells[-2].strip() == ddtree
 
 
+@pytest.mark.parametrize(
+    ("options", "basis"),
+    [
+        ((), "measured"),
+        (("--set", "moe_curve.points[1].ms=12"), "set"),
+        (("--set", "moe_curve.points[1].basis=assumed"), "assumed"),  # a basis given, not a time
+        (("--fit", "moe_curve.points[1].ms", "--measured", "current/native=440"), "fitted"),
+    ],
+)
+def test_a_curve_point_an_option_changed_is_not_called_measured(
+    capsys: pytest.CaptureFixture[str], options: tuple[str, ...], basis: str
+) -> None:
+    """MoE(9)'s point said 'measured point' in the calibration table, and 'measured' in the cross-check, at a time
+    that --set or --fit gave."""
+    out = run_main(capsys, *options, "--all", "--no-chart").out
+    assert basis_of(out, "MoE(9) ") == f"{basis} point"
+    cross_check = next(line for line in out.splitlines() if re.match(r" 9  \w", line))
+    assert cross_check.split()[1] == basis
+
+
 @pytest.mark.parametrize(("cut", "removed"), [("0.3", "30%"), ("0.004", "0.4%"), ("0.996", "99.6%"), ("0", "0%")])
 def test_the_headline_says_the_cut_the_native_engine_rests_on(
     capsys: pytest.CaptureFixture[str], cut: str, removed: str
