@@ -4763,19 +4763,23 @@ def _changed_source(report: Report, path: PathSegments, source: str) -> str:
     changed = [(p, o) for p, o in report.changed.items() if at_or_inside(p, path) or at_or_inside(path, p)]
     if not changed:
         return source
-    where, option = min(changed, key=lambda change: (change[0] != path, -len(format_path(change[0]))))  # the nearest
-    looked = where if at_or_inside(where, path) else path  # the key inside this value that changed, or the value
-    inner = format_path(looked[len(path) :])
-    try:
-        said = f"; the file said {inner + ' ' if inner else ''}"
-        said += _value_text(get_path(report.original, looked))
-    except CalibrationError:  # the file did not have it
-        said = ""
-    how = "swept" if option.startswith("--sweep") else "set"
-    if not source and looked == path and isinstance(path[-1], str):  # one the run left out (see _without_stale_reason)
+    inside = [(p, o) for p, o in changed if len(p) > len(path)]  # keys inside this value: each changed its own
+    if not inside or path in report.changed:  # else the nearest: the value itself, or the object around it
+        inside = [min(changed, key=lambda change: (change[0] != path, -len(format_path(change[0]))))]
+    options: dict[str, list[str]] = {}  # by how: "set", "swept"
+    said = []
+    for where, option in inside:
+        looked = where if at_or_inside(where, path) else path  # the key inside this value that changed, or the value
+        options.setdefault("swept" if option.startswith("--sweep") else "set", []).append(option)
+        inner = format_path(looked[len(path) :])
+        with contextlib.suppress(CalibrationError):  # one the file did not have, it did not say
+            said.append(f"{inner + ' ' if inner else ''}{_value_text(get_path(report.original, looked))}")
+    if not source and inside[0][0] == path and isinstance(path[-1], str):  # one left out (see _without_stale_reason)
         with contextlib.suppress(CalibrationError):
             source = str(get_path(report.original, (*path[:-1], f"{path[-1]}_source")))
-    return f"{how} by {option}{said}" + (f" ({source})" if source else "")
+    file_said = f"; the file said {', '.join(said)}" if said else ""
+    by = " and ".join(f"{how} by {' and '.join(given)}" for how, given in options.items())
+    return by + file_said + (f" ({source})" if source else "")
 
 
 def _assumption_list(report: Report) -> str:

@@ -227,6 +227,12 @@ def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFix
     sens = run_main(capsys, "--set", "ranges.anchors.ar_tok_s.relative=0.05", "--sensitivity").out
     row = next(line for line in sens.splitlines() if line.startswith("anchors.ar_tok_s "))
     assert "set by --set ranges.anchors.ar_tok_s.relative=0.05; the file said relative 0.03 (measured value" in row
+    ends = ["--set", "ranges.native_engine.overhead_cut.high=0.5", "--set", "ranges.native_engine.overhead_cut.low=0.3"]
+    row = next(x for x in run_main(capsys, *ends, "--sensitivity").out.splitlines() if x.startswith("native_engine"))
+    assert (  # both ends: it named the last, and the file's low as if it were in force
+        "0.3 to 0.5 861 1061 201 set by --set ranges.native_engine.overhead_cut.high=0.5 and --set "
+        "ranges.native_engine.overhead_cut.low=0.3; the file said high 0.6, low 0.2 (assumed:" in " ".join(row.split())
+    )
     swept = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.1,0.2", "--format", "markdown").out
     line = next(line for line in swept.splitlines() if line.startswith("  - `overhead_cut`"))
     assert line.startswith(  # no value: each point has its own
