@@ -5094,15 +5094,15 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     def line_of(f: Figure) -> str:
         return lines.get(id(f)) or lines.setdefault(id(f), explain_line(f))
 
-    for (name, rest, _), figures in zip(blocks, derived, strict=True):
+    for (name, rest, own), figures in zip(blocks, derived, strict=True):
         new = {line: f for f in figures if f.inputs and (line := line_of(f)) not in shown}
         # what the new lines read from an earlier block; every block reads the calibration's, so those go unnamed
         earlier: dict[str, str] = {}
-        for f in new.values():
-            for i in f.inputs:
+        for f in new.values() if new else own:  # a block of lines all shown (an AR run's is a break-even's): its own
+            for i in f.inputs if new else (f,):
                 if i.inputs and shown.get(line := line_of(i), "Calibration") != "Calibration":
                     earlier[line] = f"  {i.name} = {figure_text(i)}, from {shown[line]}"
-        out += ["", name + rest, *earlier.values(), *new] if new else []
+        out += ["", name + rest, *earlier.values(), *new] if new or earlier else []
         shown.update(dict.fromkeys(new, name))
     if report.track_record:
         out += ["", f"Track record{_taken_on(report)}: error = predicted / measured - 1"]

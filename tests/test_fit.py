@@ -258,6 +258,15 @@ def test_explain_shows_each_prediction_and_its_error(capsys: pytest.CaptureFixtu
     assert "Measurement native b16 (measurements[1]): 414 tok/s measured" in out
     assert "tok/s = 1000 * accept / step = 1000 * 4.9 / " in out
     assert "  native AR: 216.7 / 190 - 1 = +14.1%" in out
+    # one block a measurement, also where its prediction is a figure shown above (a scenario's, a break-even's)
+    assert [line.split(" (")[0] for line in out.splitlines() if line.startswith("Measurement ")] == [
+        "Measurement native b8", "Measurement native b16", "Measurement native b12", "Measurement native AR"
+    ]  # fmt: skip
+    assert (
+        "Measurement native AR (measurements[3]): 190 tok/s measured\n"
+        "  AR tok/s = 217 tok/s, from Break-even, native engine versus autoregressive decoding\n" in out
+    )
+    assert "Measurement native b8 (measurements[0]): 421 tok/s measured\n  tok/s = 463 tok/s, from Scenario" in out
 
 
 @pytest.mark.parametrize(
