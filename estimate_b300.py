@@ -2144,7 +2144,8 @@ class ScenarioSpec(NamedTuple):
             if isinstance(number, (int, float)) and not isinstance(number, bool) and abs(number) < MAX_FIGURE:
                 accept = float(number)
             if not math.isfinite(accept):
-                raise bad(f"@{shown}: expected an accept length, e.g. @14{_as_json(number, ACCEPT)}")
+                tree = "; a run of another block or budget goes in the file's `measurements`" if autoregressive else ""
+                raise bad(f"@{shown}: expected an accept length, e.g. @14{_as_json(number, ACCEPT)}{tree}")
             if accept < 1:
                 raise bad(f"@{shown}: got {_describe(number)}; expected {ACCEPT.describe()}")
         return ScenarioSpec(drafter, pipeline, accept)
