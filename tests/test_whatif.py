@@ -759,8 +759,10 @@ def test_default_scenario_takes_the_lower_middle_accept() -> None:
         (["--sensitivity", "--scenario", "stronger/native@x"], ["@x: expected an accept length"]),
         (["--sensitivity", "--scenario", "stronger/native@1_4"], ["stronger/native@1_4: @1_4: expected an accept"]),
         (["--sensitivity", "--scenario", "stronger/native@1e999"], ["@1e999: 1e999 is too large for a float"]),
-        (["--measured", "current/native@4.9:budget=16=415"],  # a tree of its own: the file's to log
-         ["@4.9:budget=16: expected an accept length, e.g. @14; a run of another block or budget goes in the file's"]),
+        (
+            ["--measured", "current/native@4.9:budget=16=415"],  # a tree of its own: the file's to log
+            ["@4.9:budget=16: expected an accept length, e.g. @14; a run of another block or budget goes in"],
+        ),
     ],
 )
 def test_bad_scenarios(capsys: pytest.CaptureFixture[str], args: list[str], fragments: list[str]) -> None:
