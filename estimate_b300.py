@@ -4172,15 +4172,14 @@ def range_texts(report: Report, row: SensitivityRow) -> tuple[str, str, str]:
 
 
 CHANGED_HOW = {"--solve": "solved", "--fit": "fitted", "--sweep": "swept", "--set": "set"}  # an option, in a word
-DDTREE = ("anchors", "ddtree")  # the DDTree anchor: its tree, accept length and throughput, today's row
-TODAY = (*DDTREE, "tok_s")  # today's throughput
+TODAY, TODAY_ACCEPT = ("anchors", "ddtree", "tok_s"), ("anchors", "ddtree", "accept")  # the DDTree step's inputs
 
 
-def _changed_how(report: Report, path: PathSegments) -> str:
-    """How options changed a value, or one inside it (not a text that documents one), or the object around it, in
-    words ("solved", "set and fitted"), or "" where none did."""
+def _changed_how(report: Report, *paths: PathSegments) -> str:
+    """How options changed some values, or one inside them (not a text that documents one), or the object around
+    them, in words ("solved", "set and fitted"), or "" where none did."""
     options = [
-        o for p, o in report.changed.items()
+        o for p, o in report.changed.items() for path in paths
         if (at_or_inside(p, path) and not documents(str(p[-1]))) or at_or_inside(path, p)
     ]  # fmt: skip
     words = [word for option in options for start, word in CHANGED_HOW.items() if option.startswith(start)]
@@ -4192,9 +4191,9 @@ def point_basis(report: Report, point: CurvePoint) -> str:
     return _changed_how(report, ("moe_curve", "points", point.position, "ms")) or point.basis
 
 
-def _anchor_basis(report: Report, path: PathSegments) -> str:
-    """Where an anchor's figure comes from: measured (on B300), or the options that changed what it rests on."""
-    return _changed_how(report, path) or _measured(report.estimate.calibration)
+def _anchor_basis(report: Report, *paths: PathSegments) -> str:
+    """Where an anchor's figure comes from: measured (on B300), or the options that changed the values it rests on."""
+    return _changed_how(report, *paths) or _measured(report.estimate.calibration)
 
 
 def _taken_on(report: Report) -> str:
@@ -4212,7 +4211,7 @@ def headline_lines(report: Report) -> list[str]:
     removed = fixed(cut, ".0%")
     removed = f"{_apart(100 * cut, 100)}%" if removed == "100%" and cut < 1 else removed  # 99.6%, not 100%
     measured = fixed(report.estimate.decomposition.today.value, ".0f")  # the anchor's tok/s
-    accept, how = _value_text(h.today.accept), _changed_how(report, (*DDTREE, "accept"))
+    accept, how = _value_text(h.today.accept), _changed_how(report, TODAY_ACCEPT)
     today = f"Today: {measured} tok/s, {_anchor_basis(report, TODAY)} (current drafter on SGLang, accept {accept}"
     today += f", {how})" if how else ")"
     if not h.today.measured:  # on another target than the anchors': today's x is over the measured throughput
@@ -4267,7 +4266,8 @@ def calibration_section(report: Report, style: Style) -> Section:
         )
 
     basis = {
-        "AR step": _anchor_basis(report, ("anchors", "ar_tok_s")), "DDTree step": _anchor_basis(report, DDTREE),
+        "AR step": _anchor_basis(report, ("anchors", "ar_tok_s")),
+        "DDTree step": _anchor_basis(report, TODAY, TODAY_ACCEPT),
         dec.moe_ar.time.name: curve_basis(dec.moe_ar), dec.moe_ddtree.time.name: curve_basis(dec.moe_ddtree),
     }  # fmt: skip
     figures = (dec.ar_step, dec.moe_ar.time, dec.attn_base, dec.ddtree_step, dec.moe_ddtree.time, dec.spec,
@@ -4308,7 +4308,7 @@ def drafter_sections(report: Report, style: Style) -> list[Section]:
     def basis(row: Scenario) -> str:
         if not row.runnable:
             return f"cannot run{footnote(row)}"
-        return _anchor_basis(report, DDTREE) if row.measured else "estimate"
+        return _anchor_basis(report, TODAY, TODAY_ACCEPT) if row.measured else "estimate"
 
     columns = [
         Column("pipeline", lambda r: PIPELINE_LABELS[r.pipeline].removesuffix(" engine")),

@@ -103,6 +103,7 @@ def basis_of(text: str, first: str) -> str:
         (("--set", "anchors.ddtree.tok_s=350"), "measured on B300", "set"),
         (("--set", "anchors.ar_tok_s=150"), "set", "measured on B300"),
         (("--set", "anchors.ddtree.tok_s_source=a rerun"), "measured on B300", "measured on B300"),  # a text
+        (("--set", "anchors.ddtree.block=9"), "measured on B300", "measured on B300"),  # no input of the step
         (("--set", 'anchors.ddtree={"block": 8, "budget": 8, "accept": 4.4, "tok_s": 303}'), "measured on B300", "set"),
         (("--set", "anchors.ddtree.accept=4", "--solve", "anchors.ddtree.tok_s", "--observed", "current/native=470"),
          "measured on B300", "set and solved"),
