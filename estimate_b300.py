@@ -5227,11 +5227,11 @@ def build_parser(columns: int) -> _Parser:
     once("--tablefmt", metavar="NAME", help="any tabulate format for the tables (default simple), e.g. github")
     flag, _, _ = kinds(parser.add_argument_group("showing the work"))
     flag("--all", help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, "
-                       "measurements (JSON, CSV and --explain give them always)")  # fmt: skip
+                       "measurements (JSON and --explain give them always; not with CSV)")  # fmt: skip
     flag("--explain", help="print the derivation, one figure a line, in place of the tables (the table format only; "
                            "no --tablefmt or --sweep)")  # fmt: skip
-    flag("--no-chart", help="leave out the step-time breakdown chart (of the tables and Markdown; the others have "
-                            "none)")  # fmt: skip
+    flag("--no-chart", help="leave out the step-time breakdown chart (which only the tables and Markdown of one "
+                            "estimate draw)")  # fmt: skip
     flag("--ascii", help="plain ASCII output (automatic when the chart is drawn and stdout cannot write its blocks)")
     flag, once, many = kinds(parser.add_argument_group("what-if analysis"))
     many("--set", metavar="KEY.PATH=VALUE", help="override one value (JSON, else a string); repeatable")
@@ -5281,6 +5281,9 @@ def _check_usage(args: argparse.Namespace) -> None:
         (args.scenario and not args.sensitivity, "--scenario chooses what --sensitivity studies; add --sensitivity"),
         (args.sensitivity and args.format == "csv",
          "--format csv holds one row per scenario; --sensitivity needs table, json or markdown"),
+        (args.all and args.format == "csv",
+         "--format csv holds a row per scenario and per measurement; --all's sections (break-even, chain alpha, the "
+         "physical cross-check, the MoE floor) need table, json or markdown"),
         (args.explain and args.format != "table",
          f"--explain prints the derivation as text, in place of the tables; it takes no --format {args.format}"),
         (args.explain and args.sweep,

@@ -7,7 +7,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DEFAULT_CALIBRATION, GOLDEN, ROOT, SCRIPT, flat, installed_command, run_main, run_script
+from conftest import (
+    DEFAULT_CALIBRATION,
+    GOLDEN,
+    ROOT,
+    SCRIPT,
+    assert_clean_error,
+    flat,
+    installed_command,
+    run_main,
+    run_script,
+)
 
 SCENARIO_KEYS = {
     "drafter",
@@ -106,7 +116,7 @@ def test_tablefmt_outside_the_tables_is_a_usage_error(
 @pytest.mark.parametrize(
     "args",
     [
-        ["--format", "json"], ["--format", "csv"], ["--explain"],
+        ["--format", "json"], ["--explain"],
         ["--sweep", "native_engine.overhead_cut=0.2,0.4"],
         ["--sweep", "native_engine.overhead_cut=0.2,0.4", "--format", "json"],
     ],
@@ -114,11 +124,15 @@ def test_tablefmt_outside_the_tables_is_a_usage_error(
 def test_all_and_no_chart_are_taken_where_what_they_ask_is_given(
     capsys: pytest.CaptureFixture[str], args: list[str]
 ) -> None:
-    """JSON, CSV and --explain give every section and no chart, a sweep no chart: the README says the two are
-    taken there and change nothing, where --tablefmt, which those cannot honour, is refused."""
+    """JSON and --explain give every section and no chart, CSV and a sweep no chart: the README says these are
+    taken there and change nothing, where --tablefmt, and --all beside CSV, which those cannot honour, are refused."""
     plain = run_main(capsys, *args)
     extra = ["--no-chart"] if "--sweep" in args else ["--all", "--no-chart"]
     assert run_main(capsys, *args, *extra) == plain and plain.code == 0
+    csv = run_main(capsys, "--format", "csv")
+    assert run_main(capsys, "--format", "csv", "--no-chart") == csv and csv.code == 0
+    told = "usage: --format csv holds a row per scenario and per measurement; --all's sections (break-even, chain"
+    assert_clean_error(run_main(capsys, "--format", "csv", "--all"), told)  # it dropped them, and said nothing
 
 
 @pytest.mark.parametrize(
