@@ -5317,7 +5317,8 @@ def _check_usage(args: argparse.Namespace) -> None:
         encoding = "ascii" if args.ascii else _encoding(sys.stdout)
         for_chart = _encodes(sample, encoding) and _ascii_only(args, encoding)  # it could, but the chart needs ASCII
         drawn_in = "ascii" if for_chart else encoding
-        if _encodes("x", drawn_in) and not _encodes(sample, drawn_in):  # one that encodes nothing fails on output
+        writes = _encodes("x", drawn_in) and _writes_lines(encoding)  # else the output fails, whatever the format
+        if writes and not _encodes(sample, drawn_in):
             told = f"ascii: {encoding} cannot write the chart's blocks" if for_chart else encoding
             cannot = "--ascii rules out" if args.ascii else f"the output encoding ({told}) cannot show"
             raise usage_error(

@@ -387,12 +387,20 @@ def test_a_long_value_is_echoed_shortened(capsys: pytest.CaptureFixture[str], ar
     assert len(run.err) < 600 and ("..." in run.err or " more; see --help" in run.err)  # --tablefmt's: 450
 
 
-@pytest.mark.parametrize("args", [[], ["--format", "json"], ["--explain"]])
+@pytest.mark.parametrize("args", [[], ["--format", "json"], ["--explain"], ["--tablefmt", "fancy_grid"]])
 def test_an_output_encoding_that_encodes_nothing(args: list[str]) -> None:
     """Python's `undefined` codec raises UnicodeError itself, not UnicodeEncodeError: the same one line."""
     run = run_script(*args, env={"PYTHONIOENCODING": "undefined"})
     assert run.code == 1 and run.out == "" and run.err.count("\n") == 1 and "Traceback" not in run.err
     assert run.err.startswith("estimate_b300: cannot write the output in the encoding undefined (")
+
+
+def test_an_output_encoding_that_writes_no_lines_is_told_before_a_table_format() -> None:
+    """unicode_escape writes a line break as two bytes: a box format's usage error suggested --no-chart, with which
+    the output then failed as it would anyway."""
+    run = run_script("--tablefmt", "fancy_grid", env={"PYTHONIOENCODING": "unicode_escape"})
+    assert run.code == 1 and run.out == "" and run.err.count("\n") == 1
+    assert run.err.startswith("estimate_b300: cannot write the output in the encoding unicode-escape (it writes a")
 
 
 def test_an_output_encoding_that_cannot_draw_the_table_format() -> None:
