@@ -1360,7 +1360,7 @@ class _Reader:
         return _number(value, path, domain)
 
     def count(self, key: str, low: int = 1) -> int:
-        return int(self.number(key, COUNT._replace(low=low)))
+        return int(self.number(key, COUNT if low == 1 else COUNT._replace(low=low)))  # a curve of 1,000: shared
 
     def accept(self, path: str, value: object, block: int, budget: int) -> float:
         if self.domains is not None:
@@ -2144,7 +2144,8 @@ class ScenarioSpec(NamedTuple):
             if isinstance(number, (int, float)) and not isinstance(number, bool) and abs(number) < MAX_FIGURE:
                 accept = float(number)
             if not math.isfinite(accept):
-                tree = "; a run of another block or budget goes in the file's `measurements`" if autoregressive else ""
+                tree = "; a run of another block or budget goes in the file's `measurements`"
+                tree = tree if autoregressive and re.search("block|budget", accept_text) else ""
                 raise bad(f"@{shown}: expected an accept length, e.g. @14{_as_json(number, ACCEPT)}{tree}")
             if accept < 1:
                 raise bad(f"@{shown}: got {_describe(number)}; expected {ACCEPT.describe()}")
@@ -3470,7 +3471,9 @@ def accept_to_meet(cal: Calibration, spec: ScenarioSpec, m: Measurement) -> str:
     """Why --solve does not vary a stronger-drafter accept length for an observation of that drafter, and the
     accept length at which the observed scenario's step gives the observed tok/s."""
     row, tok_s = scenario_for(cal, spec, "--observed"), _describe(m.tok_s)
-    step_ms = predictions(cal, [m])[0].figure.inputs[1].value  # 1000 * accept / step: on the GPU it was taken on
+    predicted = predictions(cal, [m])[0].figure  # on the GPU it was taken on
+    step_ms = next(f for f in derivation(predicted) if f.name == "step").value
+    where = f" on {gpu.name}, where the anchors were measured," if (gpu := split_on(cal.hardware, cal.anchors)) else ""
     accept = accept_needed(m.tok_s, step_ms).value
     limit, bound = accept_limit(row.block, row.budget)
     named = spec.accept is not None
@@ -3479,7 +3482,7 @@ def accept_to_meet(cal: Calibration, spec: ScenarioSpec, m: Measurement) -> str:
     cannot = f"; and {row.not_runnable_reason}" if row.not_runnable_reason else ""
     return (
         f"{m.label} is observed at {at}, whatever the list holds, and its step does not depend on it: the accept "
-        f"length at which it gives {tok_s} tok/s is tok/s * step / 1000 = {tok_s} * {step_ms:.6g} / 1000 = "
+        f"length at which it gives {tok_s} tok/s{where} is tok/s * step / 1000 = {tok_s} * {step_ms:.6g} / 1000 = "
         f"{accept:.6g}{outside}{cannot}; expected an assumption the step rests on"
     )
 
@@ -4176,19 +4179,17 @@ TODAY, TODAY_ACCEPT = ("anchors", "ddtree", "tok_s"), ("anchors", "ddtree", "acc
 
 
 def _changed_how(report: Report, *paths: PathSegments) -> str:
-    """How options changed some values, or one inside them (not a text that documents one), or the object around
-    them, in words ("solved", "set and fitted"), or "" where none did."""
-    options = [
-        o for p, o in report.changed.items() for path in paths
-        if (at_or_inside(p, path) and not documents(str(p[-1]))) or at_or_inside(path, p)
-    ]  # fmt: skip
+    """How options changed some numbers, each itself or the object around it, in words ("solved", "set and fitted"),
+    or "" where none did."""
+    options = [o for p, o in report.changed.items() for path in paths if at_or_inside(path, p)]
     words = [word for option in options for start, word in CHANGED_HOW.items() if option.startswith(start)]
     return " and ".join(dict.fromkeys(words))
 
 
 def point_basis(report: Report, point: CurvePoint) -> str:
-    """A curve point's basis ("measured", "inferred", "assumed"), or how options changed its time ("set")."""
-    return _changed_how(report, ("moe_curve", "points", point.position, "ms")) or point.basis
+    """A curve point's basis ("measured", "inferred", "assumed"), or how options changed its time or M ("set")."""
+    at = ("moe_curve", "points", point.position)
+    return _changed_how(report, (*at, "ms"), (*at, "m")) or point.basis
 
 
 def _anchor_basis(report: Report, *paths: PathSegments) -> str:
@@ -4759,28 +4760,26 @@ def _caption(section: Section) -> str:
 
 
 def _changed_source(report: Report, path: PathSegments, source: str) -> str:
-    """A source, or, for a value an option changed (itself, a key inside it, or an object around it), which option
+    """A source, or, for a value options changed (itself, keys inside it, or an object around it), which options
     changed it and what the file said."""
     changed = [(p, o) for p, o in report.changed.items() if at_or_inside(p, path) or at_or_inside(path, p)]
     if not changed:
         return source
-    inside = [(p, o) for p, o in changed if len(p) > len(path)]  # keys inside this value: each changed its own
-    if not inside or path in report.changed:  # else the nearest: the value itself, or the object around it
-        inside = [min(changed, key=lambda change: (change[0] != path, -len(format_path(change[0]))))]
-    options: dict[str, list[str]] = {}  # by how: "set", "swept"
+    options: dict[str, list[str]] = {}  # by how: "set", "swept", "fitted", "solved"
+    for _, option in changed:
+        options.setdefault(next(w for start, w in CHANGED_HOW.items() if option.startswith(start)), []).append(option)
+    looked = list(dict.fromkeys(p if at_or_inside(p, path) else path for p, _ in changed))  # in the options' order
+    looked = [path] if path in looked else looked  # what the file had: the value whole, or each key inside it
     said = []
-    for where, option in inside:
-        looked = where if at_or_inside(where, path) else path  # the key inside this value that changed, or the value
-        options.setdefault("swept" if option.startswith("--sweep") else "set", []).append(option)
-        inner = format_path(looked[len(path) :])
+    for at in looked:
+        inner = format_path(at[len(path) :])
         with contextlib.suppress(CalibrationError):  # one the file did not have, it did not say
-            said.append(f"{inner + ' ' if inner else ''}{_value_text(get_path(report.original, looked))}")
-    if not source and inside[0][0] == path and isinstance(path[-1], str):  # one left out (see _without_stale_reason)
+            said.append(f"{inner + ' ' if inner else ''}{_value_text(get_path(report.original, at))}")
+    if not source and looked == [path] and isinstance(path[-1], str):  # one left out (see _without_stale_reason)
         with contextlib.suppress(CalibrationError):
             source = str(get_path(report.original, (*path[:-1], f"{path[-1]}_source")))
-    file_said = f"; the file said {', '.join(said)}" if said else ""
     by = " and ".join(f"{how} by {' and '.join(given)}" for how, given in options.items())
-    return by + file_said + (f" ({source})" if source else "")
+    return by + (f"; the file said {', '.join(said)}" if said else "") + (f" ({source})" if source else "")
 
 
 def _assumption_list(report: Report) -> str:
@@ -5099,10 +5098,10 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         new = {line: f for f in figures if f.inputs and (line := line_of(f)) not in shown}
         # what the new lines read from an earlier block; every block reads the calibration's, so those go unnamed
         earlier: dict[str, str] = {}
-        for f in new.values() if new else own:  # a block of lines all shown (an AR run's is a break-even's): its own
-            for i in f.inputs if new else (f,):
-                if i.inputs and shown.get(line := line_of(i), "Calibration") != "Calibration":
-                    earlier[line] = f"  {i.name} = {figure_text(i)}, from {shown[line]}"
+        reads = [i for f in new.values() for i in f.inputs] if new else own  # all shown already (an AR run's): own
+        for i in reads:
+            if i.inputs and shown.get(line := line_of(i), "Calibration") != "Calibration":
+                earlier[line] = f"  {i.name} = {figure_text(i)}, from {shown[line]}"
         out += ["", name + rest, *earlier.values(), *new] if new or earlier else []
         shown.update(dict.fromkeys(new, name))
     if report.track_record:
@@ -5227,7 +5226,7 @@ def build_parser(columns: int) -> _Parser:
     once("--tablefmt", metavar="NAME", help="any tabulate format for the tables (default simple), e.g. github")
     flag, _, _ = kinds(parser.add_argument_group("showing the work"))
     flag("--all", help="every section: break-even, chain alpha, the physical cross-check, the MoE floor, "
-                       "measurements (JSON and --explain give them always; not with CSV)")  # fmt: skip
+                       "measurements (JSON and --explain give them always; not with CSV or --sweep)")  # fmt: skip
     flag("--explain", help="print the derivation, one figure a line, in place of the tables (the table format only; "
                            "no --tablefmt or --sweep)")  # fmt: skip
     flag("--no-chart", help="leave out the step-time breakdown chart (which only the tables and Markdown of one "
@@ -5281,9 +5280,6 @@ def _check_usage(args: argparse.Namespace) -> None:
         (args.scenario and not args.sensitivity, "--scenario chooses what --sensitivity studies; add --sensitivity"),
         (args.sensitivity and args.format == "csv",
          "--format csv holds one row per scenario; --sensitivity needs table, json or markdown"),
-        (args.all and args.format == "csv",
-         "--format csv holds a row per scenario and per measurement; --all's sections (break-even, chain alpha, the "
-         "physical cross-check, the MoE floor) need table, json or markdown"),
         (args.explain and args.format != "table",
          f"--explain prints the derivation as text, in place of the tables; it takes no --format {args.format}"),
         (args.explain and args.sweep,
@@ -5297,6 +5293,9 @@ def _check_usage(args: argparse.Namespace) -> None:
         (args.sweep and args.all,
          "--all and --sweep cannot be combined: --all adds the sections of one estimate (break-even, chain alpha, the "
          "physical cross-check, the MoE floor), which a sweep does not show"),
+        (args.all and args.format == "csv",
+         "--format csv holds a row per scenario and per measurement; --all's sections (break-even, chain alpha, the "
+         "physical cross-check, the MoE floor) need table, json or markdown"),
         (args.sweep and args.sensitivity,
          "--sensitivity and --sweep cannot be combined: --sensitivity studies one calibration, a sweep has many"),
         (args.sweep and args.measured,

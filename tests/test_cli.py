@@ -124,15 +124,19 @@ def test_tablefmt_outside_the_tables_is_a_usage_error(
 def test_all_and_no_chart_are_taken_where_what_they_ask_is_given(
     capsys: pytest.CaptureFixture[str], args: list[str]
 ) -> None:
-    """JSON and --explain give every section and no chart, CSV and a sweep no chart: the README says these are
-    taken there and change nothing, where --tablefmt, and --all beside CSV, which those cannot honour, are refused."""
+    """JSON and --explain give every section and no chart, a sweep no chart: the README says these are taken there
+    and change nothing, where --tablefmt, which those cannot honour, is refused."""
     plain = run_main(capsys, *args)
     extra = ["--no-chart"] if "--sweep" in args else ["--all", "--no-chart"]
     assert run_main(capsys, *args, *extra) == plain and plain.code == 0
+
+
+def test_csv_takes_no_chart_and_refuses_all(capsys: pytest.CaptureFixture[str]) -> None:
+    """CSV has no chart to leave out; it holds no section --all adds, which it dropped with nothing said."""
     csv = run_main(capsys, "--format", "csv")
     assert run_main(capsys, "--format", "csv", "--no-chart") == csv and csv.code == 0
     told = "usage: --format csv holds a row per scenario and per measurement; --all's sections (break-even, chain"
-    assert_clean_error(run_main(capsys, "--format", "csv", "--all"), told)  # it dropped them, and said nothing
+    assert_clean_error(run_main(capsys, "--format", "csv", "--all"), told)
 
 
 @pytest.mark.parametrize(

@@ -233,6 +233,14 @@ def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFix
         "0.3 to 0.5 861 1061 201 set by --set ranges.native_engine.overhead_cut.high=0.5 and --set "
         "ranges.native_engine.overhead_cut.low=0.3; the file said high 0.6, low 0.2 (assumed:" in " ".join(row.split())
     )
+    whole_then_end = ["--set", 'ranges.native_engine.overhead_cut={"low": 0.3, "high": 0.5, "source": "mine"}']
+    whole_then_end += ["--set", "ranges.native_engine.overhead_cut.low=0.35"]
+    row = run_main(capsys, *whole_then_end, "--sensitivity").out
+    row = " ".join(next(x for x in row.splitlines() if x.startswith("native_engine")).split())
+    assert (  # the end set after the whole range was left out, beside the 0.35 it gave
+        'set by --set ranges.native_engine.overhead_cut={"low": 0.3, "high": 0.5, "source": "mine"} and --set '
+        'ranges.native_engine.overhead_cut.low=0.35; the file said {"low": 0.2, "high": 0.6, "source":' in row
+    )
     swept = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.1,0.2", "--format", "markdown").out
     line = next(line for line in swept.splitlines() if line.startswith("  - `overhead_cut`"))
     assert line.startswith(  # no value: each point has its own
@@ -240,11 +248,14 @@ def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFix
     )
     inside_a_set = ["--set", 'native_engine={"overhead_cut": 0.9}', "--sweep", "native_engine.overhead_cut=0.1,0.2"]
     around_it = ["--sweep", 'native_engine={"overhead_cut": 0.1},{"overhead_cut": 0.2}']
-    for args in (inside_a_set, around_it):
+    for args, by in (
+        (inside_a_set, 'set by --set native\\_engine={"overhead\\_cut": 0.9} and swept by'),
+        (around_it, "swept by"),
+    ):
         line = next(
             x for x in run_main(capsys, *args, "--format", "markdown").out.splitlines() if "`overhead_cut`" in x
-        )
-        assert line.startswith("  - `overhead_cut`: swept by --sweep native\\_engine") and "the file said 0.4" in line
+        )  # every option that changed it is named
+        assert line.startswith(f"  - `overhead_cut`: {by} --sweep native\\_engine") and "the file said 0.4" in line
     accept = run_main(capsys, "--sweep", "stronger_drafter.accept[1]=13,15", "--format", "markdown").out
     assert (
         "  - `accept` = \\[12, 14, 16\\]: swept by --sweep stronger\\_drafter.accept\\[1\\]=13,15; the file said "
@@ -274,7 +285,9 @@ def test_a_restructuredtext_table_stands_apart_from_its_title(
 
 
 @pytest.mark.parametrize("tablefmt", ["github", "pipe", "textile"])
-def test_a_markdown_table_format_stands_apart_from_its_title(capsys: pytest.CaptureFixture[str], tablefmt: str) -> None:
+def test_a_table_format_read_as_markup_stands_apart_from_its_title(
+    capsys: pytest.CaptureFixture[str], tablefmt: str
+) -> None:
     """GFM takes a table right under a line of text for more of that paragraph: pandoc found none of 7; and
     Textile too, where pandoc found none of 3."""
     lines = run_main(capsys, "--tablefmt", tablefmt, "--all", "--no-chart").out.splitlines()
@@ -288,7 +301,7 @@ def test_a_value_a_fit_found_is_shown_to_6_digits_wherever_it_is_written(capsys:
     args = [x for v in sets for x in ("--set", v)] + ["--fit", "native_engine.overhead_cut"]
     args += ["--measured", "current/native=470", "--measured", "ar/native=200"]
     note = run_main(capsys, *args, "--format", "markdown").out
-    assert "- `overhead_cut` = 0.373654: set by --fit" in note and "0.3736540" not in note
+    assert "- `overhead_cut` = 0.373654: fitted by --fit" in note and "0.3736540" not in note
     assert "  overhead_cut = 0.373654 (native_engine.overhead_cut)" in run_main(capsys, *args, "--explain").out
 
 
