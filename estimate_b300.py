@@ -2918,6 +2918,7 @@ def fit(
     residual gets a warning.
     """
     keys = [fittable(cal, p, option) for p in paths]
+    where = f" on {gpu.name}" if (gpu := split_on(cal.hardware, cal.anchors)) else ""  # see predictions
     names = [format_path(path) for path, _ in keys]
     if twice := [name for i, name in enumerate(names) if name in names[:i]]:
         raise CalibrationError(twice[0], "is given twice; expected each value once", file=option)
@@ -2944,7 +2945,7 @@ def fit(
             r = trials.residuals([value])
             return None if r is None else r[0]
 
-        roots, method = _roots(gap, domains[0], start[0], names[0], measurements[0], option)
+        roots, method = _roots(gap, domains[0], start[0], names[0], measurements[0], option, where)
         values = [roots.pop(0)]
     else:
         begin = _clipped(start, ends)  # a value within 1e-6 of an open end starts at the fit's own end
@@ -2958,7 +2959,7 @@ def fit(
                 f"the calibration does not hold: {why.message}", file=option,
             )  # fmt: skip
         columns = _jacobian(trials.residuals, begin, r_begin, ends)
-        _check_identifiable(columns, begin, names, measurements, option)
+        _check_identifiable(columns, begin, names, measurements, option, where)
         values, stop = _levenberg_marquardt(trials.residuals, begin, r_begin, ends, columns, trials.past_budget)
         method = "least squares of ln tok/s (Levenberg-Marquardt)"
     values = [_snapped(v, d) for v, d in zip(values, domains, strict=True)]  # 0, not the 1.4e-17 of float rounding
@@ -3234,9 +3235,10 @@ def _scale(value: float) -> float:
 
 def _check_identifiable(
     columns: list[list[float]], values: Sequence[float], names: Sequence[str], measurements: Sequence[Measurement],
-    option: str,
+    option: str, where: str = "",
 ) -> None:  # fmt: skip
-    """Each value moves some measurement, and no two move them alike: else name those at fault.
+    """Each value moves some measurement, and no two move them alike: else name those at fault (`where` says on
+    which GPU the measurements are predicted, where it is not the target: " on B300").
 
     A value moves nothing when a change of it by 1 part in 1e7 (of its scale: a value at 0 has one)
     moves no prediction by more than float noise (elasticities below 1e-7). The columns are scaled to
@@ -3246,8 +3248,8 @@ def _check_identifiable(
     for name, norm, value in zip(names, norms, values, strict=True):
         if norm * _scale(value) <= 1e-7:
             said = (
-                f"{measurements[0].label} does not depend on it" if len(measurements) == 1
-                else f"none of the {len(measurements)} measurements depends on it"
+                f"{measurements[0].label}{where} does not depend on it" if len(measurements) == 1
+                else f"none of the {len(measurements)} measurements{where} depends on it"
             )  # fmt: skip
             raise CalibrationError(name, f"{said}; expected a value that moves some prediction", file=option)
     sigma, v = _singular_values([[x / n for x in col] for col, n in zip(columns, norms, strict=True)])
@@ -3375,7 +3377,13 @@ GRID_CHUNK = 50  # values of a scan for roots that a worker tries at a time
 
 
 def _roots(
-    gap: Callable[[float], float | None], domain: Domain, previous: float, name: str, m: Measurement, option: str
+    gap: Callable[[float], float | None],
+    domain: Domain,
+    previous: float,
+    name: str,
+    m: Measurement,
+    option: str,
+    where: str = "",
 ) -> tuple[list[float], str]:
     """Every value where the residual of one measurement is zero, the nearest to the value in force first.
 
@@ -3394,8 +3402,8 @@ def _roots(
             value = v0 + (1 / m.tok_s - i0) / slope
             if value not in domain:
                 raise CalibrationError(
-                    name, f"{m.label} reaches {_describe(m.tok_s)} tok/s only at {number_text(value, domain)}, outside "
-                    f"the values it may take ({domain.describe()})", file=option,
+                    name, f"{m.label}{where} reaches {_describe(m.tok_s)} tok/s only at {number_text(value, domain)}, "
+                    f"outside the values it may take ({domain.describe()})", file=option,
                 )  # fmt: skip
             if (g := gap(value)) is not None and abs(g) <= 1e-9:
                 return [value], "closed form (the step is linear in it)"
@@ -3411,7 +3419,8 @@ def _roots(
     if reached and max(reached) - min(reached) <= 1e-9 * max(reached):
         raise CalibrationError(
             name,
-            f"{m.label} does not depend on it (it stays at {reached[0]:.6g} tok/s); expected a value that moves it",
+            f"{m.label}{where} does not depend on it (it stays at {reached[0]:.6g} tok/s); expected a value that moves "
+            "it",
             file=option,
         )
     if not roots:
@@ -3419,7 +3428,7 @@ def _roots(
         tried = f"{_apart(min(reached), m.tok_s)} to {_apart(max(reached), m.tok_s)} tok/s" if reached else "none"
         values = f"it may take ({domain.describe()})" if bounded else f"tried ({grid[0]:.3g} to {grid[-1]:.3g})"
         raise CalibrationError(
-            name, f"no value {values} brings {m.label} to {target} tok/s; those values give {tried}", file=option
+            name, f"no value {values} brings {m.label}{where} to {target} tok/s; those values give {tried}", file=option
         )
     return sorted(roots, key=lambda v: abs(v - previous)), "bisection"
 
@@ -4176,6 +4185,7 @@ def range_texts(report: Report, row: SensitivityRow) -> tuple[str, str, str]:
 
 CHANGED_HOW = {"--solve": "solved", "--fit": "fitted", "--sweep": "swept", "--set": "set"}  # an option, in a word
 TODAY, TODAY_ACCEPT = ("anchors", "ddtree", "tok_s"), ("anchors", "ddtree", "accept")  # the DDTree step's inputs
+TODAY_BUDGET = ("anchors", "ddtree", "budget")  # and the tree today's row, and its M, are at
 
 
 def _changed_how(report: Report, *paths: PathSegments) -> str:
@@ -4309,7 +4319,7 @@ def drafter_sections(report: Report, style: Style) -> list[Section]:
     def basis(row: Scenario) -> str:
         if not row.runnable:
             return f"cannot run{footnote(row)}"
-        return _anchor_basis(report, TODAY, TODAY_ACCEPT) if row.measured else "estimate"
+        return _anchor_basis(report, TODAY, TODAY_ACCEPT, TODAY_BUDGET) if row.measured else "estimate"
 
     columns = [
         Column("pipeline", lambda r: PIPELINE_LABELS[r.pipeline].removesuffix(" engine")),
@@ -5064,6 +5074,9 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     for p in report.track_record:
         m = p.measurement
         blocks.append((f"Measurement {m.label} ({m.origin})", f": {_value_text(m.tok_s)} tok/s measured", [p.figure]))
+    for p in report.solve.after if report.solve else ():  # what the solved value brings to the observed tok/s
+        observed = f"{_taken_on(report)}: {_describe(p.measurement.tok_s)} tok/s observed"
+        blocks.append((f"Observation {p.measurement.label}", observed, [p.figure]))
     derived = [derivation(*figures) for *_, figures in blocks]
 
     out = [
@@ -5077,11 +5090,12 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
     out += [f"  {i.name} = {figure_text(i)} ({path})" for path, i in inputs.items()]
     if sol := report.solve:
         (found,), (seen,) = sol.values, sol.before
-        observed = f"{seen.measurement.label} = {_describe(seen.measurement.tok_s)} tok/s"  # as typed
-        out.append(f"  {found.path} = {found.text}: solved so that {observed}; {sol.method}")
+        run, observed = f"{seen.measurement.label}{_taken_on(report)}", _describe(seen.measurement.tok_s)  # as typed
+        out.append(f"  {found.path} = {found.text}: solved so that {run} = {observed} tok/s; {sol.method}")
     if report.fit:
         out += [
-            f"  {v.path} = {v.text}: fitted to {plural(len(report.fit.before), 'measurement')}, was {v.previous_text}; "
+            f"  {v.path} = {v.text}: fitted to {plural(len(report.fit.before), 'measurement')}{_taken_on(report)}, was "
+            f"{v.previous_text}; "
             f"{report.fit.method}" for v in report.fit.values
         ]  # fmt: skip
     if fit := est.experts_fit:

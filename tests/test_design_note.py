@@ -104,6 +104,7 @@ def basis_of(text: str, first: str) -> str:
         (("--set", "anchors.ar_tok_s=150"), "set", "measured on B300"),
         (("--set", "anchors.ddtree.tok_s_source=a rerun"), "measured on B300", "measured on B300"),  # a text
         (("--set", "anchors.ddtree.block=9"), "measured on B300", "measured on B300"),  # no input of the step
+        (("--set", "anchors.ddtree.budget=6"), "measured on B300", "measured on B300"),  # its row's: below
         (("--set", 'anchors.ddtree={"block": 8, "budget": 8, "accept": 4.4, "tok_s": 303}'), "measured on B300", "set"),
         (("--set", "anchors.ddtree.accept=4", "--solve", "anchors.ddtree.tok_s", "--observed", "current/native=470"),
          "measured on B300", "set and solved"),
@@ -120,7 +121,8 @@ def test_no_row_calls_a_value_an_option_gave_measured(
         return
     assert basis_of(out, "AR step") == ar_step
     assert basis_of(out, "DDTree step") == ddtree
-    assert basis_of(out, "SGLang ") == ddtree  # today's row, the first on SGLang
+    budget = "anchors.ddtree.budget" in " ".join(options)  # the tree the row is at: not the one 303 was measured on
+    assert basis_of(out, "SGLang ") == ("set" if budget else ddtree)  # today's row, the first on SGLang
     markdown = run_main(capsys, *options, "--format", "markdown").out
     cells = next(line for line in markdown.splitlines() if line.startswith("| DDTree step ")).split("|")
     assert cells[-2].strip() == ddtree
@@ -490,6 +492,14 @@ def test_measurements_are_predicted_where_the_anchors_were_measured(capsys: pyte
                         "stronger/native=900")  # fmt: skip
     told = "900 tok/s on B300, where the anchors were measured, is tok/s * step / 1000 = 900 * 14.7311 / 1000"
     assert_clean_error(stronger, told)  # B300's step, not H200's
+    unmoved = run_main(capsys, *H200, *elsewhere, "--solve", "hardware.target.mem_bandwidth_tb_s", "--observed",
+                       "stronger/native=900")  # fmt: skip
+    assert_clean_error(unmoved, "stronger/native@14 on B300 does not depend on it (it stays at 950.37 tok/s)")
+    explained = run_main(capsys, *H200, *elsewhere, "--solve", "native_engine.overhead_cut", "--observed",
+                         "current/native=420", "--explain").out  # fmt: skip
+    assert "solved so that current/native@4.4 on B300 = 420 tok/s; closed form" in explained
+    assert "Observation current/native@4.4 on B300: 420 tok/s observed\n" in explained
+    assert "  step = anchors' MoE(9) + ATTN_BASE part + SPEC part = 1.991 + " in explained
 
 
 def test_the_anchors_bandwidth_is_used_only_for_another_target(capsys: pytest.CaptureFixture[str]) -> None:
