@@ -2145,7 +2145,7 @@ class ScenarioSpec(NamedTuple):
                 accept = float(number)
             if not math.isfinite(accept):
                 tree = "; a run of another block or budget goes in the file's `measurements`"
-                tree = tree if autoregressive and re.search("block|budget", accept_text) else ""
+                tree = tree if autoregressive and re.search(r"(?i)block|budget|^b\d", accept_text) else ""
                 raise bad(f"@{shown}: expected an accept length, e.g. @14{_as_json(number, ACCEPT)}{tree}")
             if accept < 1:
                 raise bad(f"@{shown}: got {_describe(number)}; expected {ACCEPT.describe()}")
@@ -3257,9 +3257,9 @@ def _check_identifiable(
     if sigma[smallest] < 1e-6 * max(sigma):
         alike = [name for name, weight in zip(names, v[smallest], strict=True) if abs(weight) > 0.1]
         raise CalibrationError(
-            "", f"the measurements cannot tell {' and '.join(alike)} apart: a change in one is undone by a change in "
-            f"the other{'s' if len(alike) > 2 else ''}; fit one of them (the others stay as they are), or add "
-            "measurements that move them differently", file=option,
+            "", f"the measurements{where} cannot tell {' and '.join(alike)} apart: a change in one is undone by a "
+            f"change in the other{'s' if len(alike) > 2 else ''}; fit one of them (the others stay as they are), or "
+            "add measurements that move them differently", file=option,
         )  # fmt: skip
 
 
@@ -3666,7 +3666,7 @@ class Report(NamedTuple):
     sweep: SweepPlan | None
     warnings: tuple[str, ...]  # what the run should say (physical, the band's, the fit's); on stderr, exit 0
     document: object  # the calibration document in force (after --set, --measured, --fit and --solve)
-    changed: dict[PathSegments, str]  # each key path an option changed, and the option: "--set KEY.PATH=VALUE"
+    changed: tuple[tuple[PathSegments, str], ...]  # each key path an option changed, and the option, in order
     original: object  # the document as the file has it, for what an option changed
 
 
@@ -3714,16 +3714,16 @@ def build_report(options: Options) -> Report:
         warnings.append(f"--sensitivity of {studied.label}: {studied.not_runnable_reason}; its band is of a run that "
                         "cannot be made")  # fmt: skip
     warnings += fitted.warnings if fitted else ()
-    changed = {o.path: f"--set {o.text}" for o in options.overrides}
-    changed |= {s.path: f"--sweep {s.text}" for s in options.sweeps}
-    changed |= {parse_path(v.path): f"{found_by} {v.path}" for v in fitted.values} if fitted else {}
+    changed = [(o.path, f"--set {o.text}") for o in options.overrides]  # "--set KEY.PATH=VALUE"
+    changed += [(s.path, f"--sweep {s.text}") for s in options.sweeps]
+    changed += [(parse_path(v.path), f"{found_by} {v.path}") for v in fitted.values] if fitted else []
     measured = tuple(m.source.removeprefix("--measured ") for m in added)
     provenance = Provenance(printable(file), digest, __version__, tuple(printable(o.text) for o in options.overrides),
                             measured)  # fmt: skip
     return Report(
         provenance, est, top, record, rms(p.relative_error for p in record),
         None if options.solve else fitted, fitted if options.solve else None, sens, sweep,
-        tuple(dict.fromkeys(warnings)), doc, changed, original,
+        tuple(dict.fromkeys(warnings)), doc, tuple(changed), original,
     )  # fmt: skip
 
 
@@ -4191,7 +4191,7 @@ TODAY_BUDGET = ("anchors", "ddtree", "budget")  # and the tree today's row, and 
 def _changed_how(report: Report, *paths: PathSegments) -> str:
     """How options changed some numbers, each itself or the object around it, in words ("solved", "set and fitted"),
     or "" where none did."""
-    options = [o for p, o in report.changed.items() for path in paths if at_or_inside(path, p)]
+    options = [o for p, o in report.changed for path in paths if at_or_inside(path, p)]
     words = [word for option in options for start, word in CHANGED_HOW.items() if option.startswith(start)]
     return " and ".join(dict.fromkeys(words))
 
@@ -4772,12 +4772,13 @@ def _caption(section: Section) -> str:
 def _changed_source(report: Report, path: PathSegments, source: str) -> str:
     """A source, or, for a value options changed (itself, keys inside it, or an object around it), which options
     changed it and what the file said."""
-    changed = [(p, o) for p, o in report.changed.items() if at_or_inside(p, path) or at_or_inside(path, p)]
+    changed = [(p, o) for p, o in report.changed if at_or_inside(p, path) or at_or_inside(path, p)]
     if not changed:
         return source
     options: dict[str, list[str]] = {}  # by how: "set", "swept", "fitted", "solved"
     for _, option in changed:
-        options.setdefault(next(w for start, w in CHANGED_HOW.items() if option.startswith(start)), []).append(option)
+        how = next(w for start, w in CHANGED_HOW.items() if option.startswith(start))
+        options.setdefault(how, []).append(shortened(option))  # a curve of 1,000 points set whole: each entry
     looked = list(dict.fromkeys(p if at_or_inside(p, path) else path for p, _ in changed))  # in the options' order
     looked = [path] if path in looked else looked  # what the file had: the value whole, or each key inside it
     said = []
@@ -5073,7 +5074,8 @@ def render_explain(report: Report, style: Style) -> Iterable[str]:
         blocks.append(("Physical cross-check", " (uniform routing)", [f for p in est.roofline for f in p.figures]))
     for p in report.track_record:
         m = p.measurement
-        blocks.append((f"Measurement {m.label} ({m.origin})", f": {_value_text(m.tok_s)} tok/s measured", [p.figure]))
+        tail = f": {_value_text(m.tok_s)} tok/s measured"
+        blocks.append((f"Measurement {m.label}{_taken_on(report)} ({m.origin})", tail, [p.figure]))
     for p in report.solve.after if report.solve else ():  # what the solved value brings to the observed tok/s
         observed = f"{_taken_on(report)}: {_describe(p.measurement.tok_s)} tok/s observed"
         blocks.append((f"Observation {p.measurement.label}", observed, [p.figure]))
@@ -5306,7 +5308,7 @@ def _check_usage(args: argparse.Namespace) -> None:
          f"{'--explain' if args.explain else f'--format {args.format}'}"),
         (args.sweep and args.all,
          "--all and --sweep cannot be combined: --all adds the sections of one estimate (break-even, chain alpha, the "
-         "physical cross-check, the MoE floor), which a sweep does not show"),
+         "physical cross-check, the MoE floor), and a sweep has many"),
         (args.all and args.format == "csv",
          "--format csv holds a row per scenario and per measurement; --all's sections (break-even, chain alpha, the "
          "physical cross-check, the MoE floor) need table, json or markdown"),
@@ -5330,7 +5332,7 @@ def _check_usage(args: argparse.Namespace) -> None:
         encoding = "ascii" if args.ascii else _encoding(sys.stdout)
         for_chart = _encodes(sample, encoding) and _ascii_only(args, encoding)  # it could, but the chart needs ASCII
         drawn_in = "ascii" if for_chart else encoding
-        writes = _encodes("x", drawn_in) and _writes_lines(encoding)  # else the output fails, whatever the format
+        writes = _encodes("x " * 40, encoding) and _writes_lines(encoding)  # a line, or the output fails (idna)
         if writes and not _encodes(sample, drawn_in):
             told = f"ascii: {encoding} cannot write the chart's blocks" if for_chart else encoding
             cannot = "--ascii rules out" if args.ascii else f"the output encoding ({told}) cannot show"

@@ -395,12 +395,15 @@ def test_an_output_encoding_that_encodes_nothing(args: list[str]) -> None:
     assert run.err.startswith("estimate_b300: cannot write the output in the encoding undefined (")
 
 
-def test_an_output_encoding_that_writes_no_lines_is_told_before_a_table_format() -> None:
-    """unicode_escape writes a line break as two bytes: a box format's usage error suggested --no-chart, with which
-    the output then failed as it would anyway."""
-    run = run_script("--tablefmt", "fancy_grid", env={"PYTHONIOENCODING": "unicode_escape"})
+@pytest.mark.parametrize(
+    ("encoding", "why"), [("unicode_escape", "unicode-escape (it writes a line break as"), ("idna", "idna (label")]
+)
+def test_an_output_encoding_that_writes_no_lines_is_told_before_a_table_format(encoding: str, why: str) -> None:
+    """unicode_escape writes a line break as two bytes, idna no line of 64 characters: a box format's usage error
+    suggested --no-chart, with which the output then failed as it would anyway."""
+    run = run_script("--tablefmt", "fancy_grid", env={"PYTHONIOENCODING": encoding})
     assert run.code == 1 and run.out == "" and run.err.count("\n") == 1
-    assert run.err.startswith("estimate_b300: cannot write the output in the encoding unicode-escape (it writes a")
+    assert run.err.startswith(f"estimate_b300: cannot write the output in the encoding {why}")
 
 
 def test_an_output_encoding_that_cannot_draw_the_table_format() -> None:

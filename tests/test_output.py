@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEFAULT_CALIBRATION, GOLDEN, default_doc, default_estimate, flat, run_main, run_script
+from conftest import DEFAULT_CALIBRATION, GOLDEN, MEASURED, default_doc, default_estimate, flat, run_main, run_script
 
 import estimate_b300 as eb
 
@@ -233,14 +233,27 @@ def test_overrides_are_marked_where_sources_are_listed(capsys: pytest.CaptureFix
         "0.3 to 0.5 861 1061 201 set by --set ranges.native_engine.overhead_cut.high=0.5 and --set "
         "ranges.native_engine.overhead_cut.low=0.3; the file said high 0.6, low 0.2 (assumed:" in " ".join(row.split())
     )
-    whole_then_end = ["--set", 'ranges.native_engine.overhead_cut={"low": 0.3, "high": 0.5, "source": "mine"}']
+    whole_then_end = ["--set", 'ranges.native_engine.overhead_cut={"low":0.3,"high":0.5,"source":"x"}']
     whole_then_end += ["--set", "ranges.native_engine.overhead_cut.low=0.35"]
     row = run_main(capsys, *whole_then_end, "--sensitivity").out
     row = " ".join(next(x for x in row.splitlines() if x.startswith("native_engine")).split())
     assert (  # the end set after the whole range was left out, beside the 0.35 it gave
-        'set by --set ranges.native_engine.overhead_cut={"low": 0.3, "high": 0.5, "source": "mine"} and --set '
+        'set by --set ranges.native_engine.overhead_cut={"low":0.3,"high":0.5,"source":"x"} and --set '
         'ranges.native_engine.overhead_cut.low=0.35; the file said {"low": 0.2, "high": 0.6, "source":' in row
     )
+    fitted = [
+        "--calibration",
+        str(MEASURED),
+        "--set",
+        "native_engine.overhead_cut=0.3",
+        "--fit",
+        "native_engine.overhead_cut",
+    ]
+    note = run_main(capsys, *fitted, "--format", "markdown").out  # the fit took the place of the set it started from
+    assert "set by --set native\\_engine.overhead\\_cut=0.3 and fitted by --fit native\\_engine.overhead\\_cut;" in note
+    curve = json.dumps([{"m": m, "ms": 0.9 + 0.7 * m, "basis": "measured"} for m in range(1, 1001)])
+    note = run_main(capsys, "--set", f"moe_curve.points={curve}", "--format", "markdown", "--no-chart").out
+    assert len(note) < 400_000  # each of 1,000 entries named the whole option: 40 MB
     swept = run_main(capsys, "--sweep", "native_engine.overhead_cut=0.1,0.2", "--format", "markdown").out
     line = next(line for line in swept.splitlines() if line.startswith("  - `overhead_cut`"))
     assert line.startswith(  # no value: each point has its own
