@@ -3377,14 +3377,9 @@ GRID_CHUNK = 50  # values of a scan for roots that a worker tries at a time
 
 
 def _roots(
-    gap: Callable[[float], float | None],
-    domain: Domain,
-    previous: float,
-    name: str,
-    m: Measurement,
-    option: str,
+    gap: Callable[[float], float | None], domain: Domain, previous: float, name: str, m: Measurement, option: str,
     where: str = "",
-) -> tuple[list[float], str]:
+) -> tuple[list[float], str]:  # fmt: skip
     """Every value where the residual of one measurement is zero, the nearest to the value in force first.
 
     1 / tok/s is the step over the accept length, and most assumptions enter the step linearly: when
@@ -3417,11 +3412,9 @@ def _roots(
     roots = crossings(gap, seen)
     reached = [m.tok_s * math.exp(g) for _, g in seen]  # the predicted tok/s over the domain
     if reached and max(reached) - min(reached) <= 1e-9 * max(reached):
+        stays = f"it stays at {reached[0]:.6g} tok/s"
         raise CalibrationError(
-            name,
-            f"{m.label}{where} does not depend on it (it stays at {reached[0]:.6g} tok/s); expected a value that moves "
-            "it",
-            file=option,
+            name, f"{m.label}{where} does not depend on it ({stays}); expected a value that moves it", file=option
         )
     if not roots:
         target = _describe(m.tok_s)  # as typed, and each end told apart from it: 504.99999 and 504.999991
