@@ -2975,7 +2975,7 @@ def fit(
         FitValue(name, value, before, ranges.get(name), domain)
         for name, value, before, domain in zip(names, values, start, domains, strict=True)
     )
-    warnings += _value_warnings(fit_values, option, len(measurements))
+    warnings += _value_warnings(fit_values, option, len(measurements), where)
     warnings += _held_accepts(fit_values, measurements, option)
     return Fit(fit_values, before, after, tuple(loo), tuple(roots), method, tuple(warnings))
 
@@ -3121,11 +3121,12 @@ def _stop_warning(stop: Stop, failed: CalibrationError | None, option: str) -> s
     )
 
 
-def _value_warnings(fit_values: Sequence[FitValue], option: str, measured: int) -> list[str]:
+def _value_warnings(fit_values: Sequence[FitValue], option: str, measured: int, where: str = "") -> list[str]:
     """What a value found says of itself: outside its range, far from its value before with no range to hold it
-    to (10 times it or a tenth), or on the edge of what it may take."""
+    to (10 times it or a tenth), or on the edge of what it may take (`where`: see _check_identifiable)."""
     found = "solved" if option == "--solve" else "fitted"
     data = "the observation" if option == "--solve" else "the measurement" if measured == 1 else "the measurements"
+    data += where
     outside = [
         f"{option} {v.path}: the {found} value {value} lies outside its range in the calibration, {low} to {high} "
         f"({r.source}); {data} and that assumption disagree"

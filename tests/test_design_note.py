@@ -500,6 +500,10 @@ def test_measurements_are_predicted_where_the_anchors_were_measured(capsys: pyte
     assert "solved so that current/native@4.4 on B300 = 420 tok/s; closed form" in explained
     assert "Observation current/native@4.4 on B300: 420 tok/s observed\n" in explained
     assert "  step = anchors' MoE(9) + ATTN_BASE part + SPEC part = 1.991 + " in explained
+    outside = run_main(capsys, *H200, *elsewhere, "--solve", "native_engine.overhead_cut", "--observed",
+                       "current/native=350")  # fmt: skip
+    assert "the solved value 0.155626 lies outside" in outside.err
+    assert "the observation on B300 and that assumption disagree" in outside.err
 
 
 def test_the_anchors_bandwidth_is_used_only_for_another_target(capsys: pytest.CaptureFixture[str]) -> None:
