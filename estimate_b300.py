@@ -5304,8 +5304,8 @@ def _check_usage(args: argparse.Namespace) -> None:
          "--all and --sweep cannot be combined: --all adds the sections of one estimate (break-even, chain alpha, the "
          "physical cross-check, the MoE floor), and a sweep has many"),
         (args.all and args.format == "csv",
-         "--format csv holds a row per scenario and per measurement; --all's sections (break-even, chain alpha, the "
-         "physical cross-check, the MoE floor) need table, json or markdown"),
+         "--format csv holds a row per scenario (its chain alpha and MoE floor too) and per measurement; --all's "
+         "break-even and physical cross-check need table, json or markdown"),
         (args.sweep and args.sensitivity,
          "--sensitivity and --sweep cannot be combined: --sensitivity studies one calibration, a sweep has many"),
         (args.sweep and args.measured,

@@ -135,7 +135,7 @@ def test_csv_takes_no_chart_and_refuses_all(capsys: pytest.CaptureFixture[str]) 
     """CSV has no chart to leave out; it holds no section --all adds, which it dropped with nothing said."""
     csv = run_main(capsys, "--format", "csv")
     assert run_main(capsys, "--format", "csv", "--no-chart") == csv and csv.code == 0
-    told = "usage: --format csv holds a row per scenario and per measurement; --all's sections (break-even, chain"
+    told = "usage: --format csv holds a row per scenario (its chain alpha and MoE floor too) and per measurement;"
     assert_clean_error(run_main(capsys, "--format", "csv", "--all"), told)
 
 
