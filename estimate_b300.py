@@ -2831,6 +2831,13 @@ def predictions(cal: Calibration, measurements: Iterable[Measurement] | None = N
     return tuple(found)
 
 
+def measurements_where(cal: Calibration) -> str:
+    """' on B300' where measurements are predicted on the GPU the anchors were measured on, not on the target (see
+    predictions), for the messages about them; else ''."""
+    gpu = split_on(cal.hardware, cal.anchors)
+    return f" on {gpu.name}" if gpu else ""
+
+
 def rms(values: Iterable[float]) -> float | None:
     """The root mean square, or None of nothing: rms([0.03, -0.04]) is about 0.0354."""
     values = list(values)
@@ -2918,7 +2925,7 @@ def fit(
     residual gets a warning.
     """
     keys = [fittable(cal, p, option) for p in paths]
-    where = f" on {gpu.name}" if (gpu := split_on(cal.hardware, cal.anchors)) else ""  # see predictions
+    where = measurements_where(cal)
     names = [format_path(path) for path, _ in keys]
     if twice := [name for i, name in enumerate(names) if name in names[:i]]:
         raise CalibrationError(twice[0], "is given twice; expected each value once", file=option)
@@ -3476,7 +3483,7 @@ def accept_to_meet(cal: Calibration, spec: ScenarioSpec, m: Measurement) -> str:
     row, tok_s = scenario_for(cal, spec, "--observed"), _describe(m.tok_s)
     predicted = predictions(cal, [m])[0].figure  # on the GPU it was taken on
     step_ms = next(f for f in derivation(predicted) if f.name == "step").value
-    where = f" on {gpu.name}, where the anchors were measured," if (gpu := split_on(cal.hardware, cal.anchors)) else ""
+    where = f"{on}, where the anchors were measured," if (on := measurements_where(cal)) else ""
     accept = accept_needed(m.tok_s, step_ms).value
     limit, bound = accept_limit(row.block, row.budget)
     named = spec.accept is not None
